@@ -50,7 +50,7 @@ def test_bench_flags_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["bench", "--methods", "vote:0", "--out", str(tmp_path / "x"), "--no-plots"]) == 2
     assert "positive integer" in capsys.readouterr().err
     assert main(["bench", "--task", "absa:x.jsonl", "--out", str(tmp_path / "y"), "--no-plots"]) == 2
-    assert "not supported" in capsys.readouterr().err
+    assert "absa data file not found" in capsys.readouterr().err
     assert main(["bench", "--early-stop", "--debate-if-disagree", "--no-plots"]) == 2
 
 

@@ -189,3 +189,28 @@ def test_presets_run_through_the_engine_and_are_parsed_by_the_task(tmp_path: Pat
     assert all(len(r.rounds) == 2 and len(r.rounds[0]) == 2 for r in preset)
     assert all(not a.correct for r in preset for rnd in r.rounds for a in rnd)
     assert all(r.calls == 5 for r in preset)
+
+
+def test_absa_bench_scores_labels_with_the_tasks_parser(tmp_path: Path) -> None:
+    from moot.bench.tasks import make_task
+
+    items = make_task("absa").items(12, 0)
+    gold = {i.id: i.gold for i in items}
+
+    def fn(request: ModelRequest) -> str:
+        # agent 0 always says negative, the others are right; debate rounds repeat round 0.
+        agent = int(str(request.metadata["speaker"]).removeprefix("agent"))
+        label = "negative" if agent == 0 else gold[str(request.metadata["item"])]
+        return f"Looking at the aspect, the sentiment is ({label})."
+
+    config = BenchConfig(task="absa", methods=["single", "vote:3", "society:3:2"], n=12)
+    run = asyncio.run(run_bench(config, model=FunctionModel(fn), out=tmp_path / "out"))
+    assert run.complete and not run.failures
+    by = {
+        m: summarize(m, [r for r in run.records if r.method == m])
+        for m in ("single", "vote:3", "society:3:2")
+    }
+    negatives = sum(g == "negative" for g in gold.values())
+    assert 0 < negatives < 12
+    assert (by["single"].correct, by["single"].parse_failures) == (negatives, 0)
+    assert by["vote:3"].correct == by["society:3:2"].correct == 12

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from moot.bench.parsers import canonical_number, parse_choice, parse_number
+from moot.bench.parsers import canonical_number, parse_choice, parse_label, parse_number
 
 
 @pytest.mark.parametrize(
@@ -77,4 +77,26 @@ def test_canonical_number(raw: str, canon: str | None) -> None:
 )
 def test_parse_choice(text: str, value: str | None, rule: str) -> None:
     parsed = parse_choice(text, "ABCD")
+    assert (parsed.value, parsed.rule) == (value, rule)
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "rule"),
+    [
+        ("The pasta is praised, so (positive).", "positive", "marker"),
+        ("**(Negative)**", "negative", "marker"),
+        ("Options (a) and (b) aside, the answer is (neutral)", "neutral", "marker"),
+        ("The sentiment is negative because the wait was long.", "negative", "phrase"),
+        ("Polarity: positive", "positive", "phrase"),
+        ('The answer is "neutral".', "neutral", "phrase"),
+        ("Positive.", "positive", "bare"),
+        ("neutral", "neutral", "bare"),
+        ("The sentiment is not positive at all.", None, "none"),  # no guessing from a stray label word
+        ("It was positive for some and negative for others.", None, "none"),
+        ("(mixed)", None, "none"),  # not one of the task's labels
+        ("", None, "none"),
+    ],
+)
+def test_parse_label(text: str, value: str | None, rule: str) -> None:
+    parsed = parse_label(text, ("positive", "negative", "neutral"))
     assert (parsed.value, parsed.rule) == (value, rule)

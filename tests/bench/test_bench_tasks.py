@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from moot.bench.tasks import ArithmeticTask, GSM8KTask, MCQTask, du_arithmetic_operands, make_task
+from moot.bench.tasks import AbsaTask, ArithmeticTask, GSM8KTask, MCQTask, du_arithmetic_operands, make_task
 from moot.errors import UsageError
 
 
@@ -108,7 +108,7 @@ def test_mcq_rejects_malformed_lines(tmp_path: Path, row: dict[str, object]) -> 
 def test_task_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not found"):
         make_task(f"gsm8k:{tmp_path / 'missing.jsonl'}")
-    with pytest.raises(UsageError, match="absa"):
+    with pytest.raises(UsageError, match="absa data file not found"):
         make_task("absa:whatever.jsonl")
     with pytest.raises(UsageError, match="unknown task"):
         make_task("chess")
@@ -125,3 +125,45 @@ def test_debate_prompt_lists_every_peer_and_repeats_the_format() -> None:
     assert "peer one says (1)" in text and "peer two says (2)" in text
     assert text.count("One agent response") == 2
     assert text.rstrip().endswith(task.format_instruction(item))
+
+
+def test_absa_task_makes_one_item_per_gold_aspect_of_the_shipped_data() -> None:
+    from moot.absa.evaluate import load_dataset
+
+    rows = load_dataset()
+    task = make_task("absa")
+    assert isinstance(task, AbsaTask) and task.spec == "absa"
+    items = task.items(None, 0)
+    aspects = {(r.id, a.start): (r, a) for r in rows for a in r.aspects}
+    assert len(items) == len(aspects) == len({i.id for i in items})
+    for item in items:
+        sentence_id, start = item.id.rsplit("@", 1)
+        row, aspect = aspects[(sentence_id, int(start))]
+        assert item.gold == aspect.polarity
+        assert f'aspect "{aspect.term}"' in item.prompt and row.sentence in item.prompt
+        assert "positive, negative, neutral" in item.prompt
+    assert task.items(10, 3) == task.items(None, 3)[:10]  # a prefix-stable seeded sample
+    assert task.items(10, 3) != task.items(10, 4)
+
+
+def test_absa_task_reads_a_file_and_names_bad_lines(tmp_path: Path) -> None:
+    row = {
+        "id": "s1",
+        "lang": "en",
+        "sentence": "Great food, rude staff.",
+        "label": "mixed",
+        "aspects": [
+            {"term": "food", "start": 6, "end": 10, "polarity": "positive"},
+            {"term": "staff", "start": 17, "end": 22, "polarity": "negative"},
+        ],
+    }
+    task = make_task(f"absa:{_write(tmp_path / 'a.jsonl', [row])}")
+    items = sorted(task.items(None, 0), key=lambda i: i.id)
+    assert [(i.id, i.gold) for i in items] == [("s1@17", "negative"), ("s1@6", "positive")]
+    assert task.parse("Rude staff, so (Negative).", items[0]).value == "negative"
+    assert task.is_correct("negative", items[0]) and not task.is_correct(None, items[0])
+    empty = {**row, "aspects": [], "label": "neutral"}
+    with pytest.raises(UsageError, match="no labelled aspects"):
+        make_task(f"absa:{_write(tmp_path / 'e.jsonl', [empty])}").items(None, 0)
+    with pytest.raises(UsageError, match="line 2"):
+        make_task(f"absa:{_write(tmp_path / 'b.jsonl', [row, {'id': 'x'}])}").items(None, 0)

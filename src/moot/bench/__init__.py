@@ -2,7 +2,7 @@
 
 Pieces, each usable on its own:
 
-* :mod:`~moot.bench.tasks`: items and prompts (``arithmetic``, ``gsm8k:FILE``, ``mcq:FILE``);
+* :mod:`~moot.bench.tasks`: items and prompts (``arithmetic``, ``gsm8k:FILE``, ``mcq:FILE``, ``absa[:FILE]``);
 * :mod:`~moot.bench.parsers`: documented answer parsers (a parse failure is a wrong answer);
 * :mod:`~moot.bench.methods`: ``single``, ``vote:K``, ``society:N:T`` and presets;
 * :mod:`~moot.bench.runner`: bounded concurrency, JSONL results, ``--resume``;
@@ -23,13 +23,14 @@ Example::
 from __future__ import annotations
 
 from .methods import MethodSpec, parse_method
-from .parsers import Parsed, parse_choice, parse_number
+from .parsers import Parsed, parse_choice, parse_label, parse_number
 from .records import AgentAnswer, ItemRecord
 from .report import build_report, rich_table, write_report
 from .runner import BenchConfig, BenchRun, RunObserver, expand_methods, load_records, run_bench
-from .tasks import Item, Task, make_task
+from .tasks import AbsaTask, Item, Task, make_task
 
 __all__ = [
+    "AbsaTask",
     "AgentAnswer",
     "BenchConfig",
     "BenchRun",
@@ -44,6 +45,7 @@ __all__ = [
     "load_records",
     "make_task",
     "parse_choice",
+    "parse_label",
     "parse_method",
     "parse_number",
     "rich_table",

@@ -30,6 +30,15 @@ Multiple choice (``mcq``), letters restricted to the item's own letters:
    punctuation (``B``, ``B.``, ``B)``).
 4. otherwise a parse failure. There is no "last capital letter" fallback: "A"
    is an English word.
+
+Sentiment labels (``absa``), case-insensitive, restricted to the task's labels:
+
+1. ``marker``: the last ``(X)`` or ``\boxed{X}`` whose content is a label.
+2. ``phrase``: the last "sentiment is X", "polarity: X", "answer is X" or
+   "label: X" phrase.
+3. ``bare``: the whole reply is one label, optionally with punctuation.
+4. otherwise a parse failure. There is no "any label word in the text"
+   fallback: "not positive at all" would be read as positive.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ __all__ = [
     "Parsed",
     "canonical_number",
     "parse_choice",
+    "parse_label",
     "parse_number",
 ]
 
@@ -166,4 +176,31 @@ def parse_choice(text: str, letters: str) -> Parsed:
     bare = _BARE_RE.fullmatch(text.strip().strip("*").strip())
     if bare is not None and bare.group(1) in valid:
         return Parsed(bare.group(1), "bare")
+    return _FAILED
+
+
+_LABEL_PHRASE_RE = re.compile(
+    r"(?i)(?:sentiment|polarity|answer|label)\s*(?:is|would be|:)\s*[:\-]?\s*[(\"'*]*\s*([a-z]+)"
+)
+
+
+def parse_label(text: str, labels: tuple[str, ...]) -> Parsed:
+    """Parse a sentiment label; ``labels`` are the valid ones in lower case.
+
+    See the module docstring for the rules.
+    """
+    if not text:
+        return _FAILED
+    valid = {label.lower() for label in labels}
+    for _, content in reversed(_markers(text)):
+        cand = content.strip().strip("*").strip().lower()
+        if cand in valid:
+            return Parsed(cand, "marker")
+    for m in reversed(list(_LABEL_PHRASE_RE.finditer(text))):
+        cand = m.group(1).lower()
+        if cand in valid:
+            return Parsed(cand, "phrase")
+    bare = text.strip().strip("*().:!\"' ").lower()
+    if bare in valid:
+        return Parsed(bare, "bare")
     return _FAILED

@@ -7,8 +7,18 @@ Task specs (``--task``):
 ``gsm8k:FILE.jsonl``        GSM8K lines: ``question``, ``answer`` ending in ``#### N``
 ``mcq:FILE.jsonl``          ``question``, ``choices`` (list or {letter: text}), ``answer``
                             (a letter, or a 0-based index)
-``absa:FILE.jsonl``         not supported yet (needs ``moot.absa``); a UsageError says so
+``absa:FILE.jsonl``         aspect sentiment: one item per labelled aspect of the ABSA
+                            pipeline's data (``moot absa`` format: ``sentence``, ``aspects``
+                            with ``term``/``start``/``end``/``polarity``); gold is the
+                            aspect's polarity (positive, negative or neutral)
+``absa``                    the same on the dataset shipped with moot (112 sentences, EN/KO)
 ==========================  ================================================================
+
+The ``absa`` task scores aspect-level polarity given the gold aspect term (the
+ABSC subtask), which is what a vote or a debate can be compared on item by
+item. Aspect *extraction* and the full pipeline (tuple F1, the moderator) are
+scored by ``moot absa-eval``. Sentences without aspects give no items; item ids
+are ``SENTENCE_ID@START`` (the aspect's character offset, unique in a sentence).
 
 Data files are read from disk; nothing is fetched. ``--n`` items are a seeded
 sample: the item order is a shuffle of the whole file by ``random.Random(seed)``
@@ -35,9 +45,10 @@ from typing import Any
 
 from ..errors import UsageError
 from ..prompting import load_prompt
-from .parsers import Parsed, canonical_number, parse_choice, parse_number
+from .parsers import Parsed, canonical_number, parse_choice, parse_label, parse_number
 
 __all__ = [
+    "AbsaTask",
     "ArithmeticTask",
     "GSM8KTask",
     "Item",
@@ -81,7 +92,7 @@ class Task(ABC):
     spec: str = ""
     """The ``--task`` string this task was made from."""
     kind: str = ""
-    """``arithmetic``, ``gsm8k`` or ``mcq``."""
+    """``arithmetic``, ``gsm8k``, ``mcq`` or ``absa``."""
 
     @abstractmethod
     def items(self, n: int | None, seed: int) -> list[Item]:
@@ -289,11 +300,55 @@ class MCQTask(Task):
         return render_prompt("bench_format_choice.md", letters=", ".join(item.letters))
 
 
+class AbsaTask(Task):
+    """Aspect sentiment on the ABSA pipeline's data: one item per gold aspect.
+
+    The data file is validated with :func:`moot.absa.evaluate.load_dataset` (the
+    same schema as ``moot absa-eval``); ``path`` None reads the shipped dataset.
+    """
+
+    kind = "absa"
+    labels: tuple[str, ...] = ("positive", "negative", "neutral")
+    """The valid answers, in the order the prompt lists them."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.spec = f"absa:{path}" if path is not None else "absa"
+        if self.path is not None and not self.path.is_file():
+            raise UsageError(f"absa data file not found: {self.path}")
+
+    def items(self, n: int | None, seed: int) -> list[Item]:
+        """A seeded sample of the (sentence, aspect) pairs (see the module docstring).
+
+        Raises:
+            UsageError: a line is not a valid ABSA item (its line number is named).
+        """
+        from ..absa.evaluate import load_dataset
+
+        fmt = self.format_instruction(Item(id="", prompt="", gold=""))
+        items = []
+        for row in load_dataset(self.path):
+            for aspect in row.aspects:
+                prompt = render_prompt("bench_absa.md", term=aspect.term, sentence=row.sentence, format=fmt)
+                items.append(Item(id=f"{row.id}@{aspect.start}", prompt=prompt, gold=aspect.polarity))
+        if not items:
+            raise UsageError(f"{self.path or 'the absa dataset'} holds no labelled aspects")
+        return _sample(items, n, seed)
+
+    def parse(self, text: str, item: Item) -> Parsed:
+        """Label parser (marker, phrase, bare label)."""
+        return parse_label(text, self.labels)
+
+    def format_instruction(self, item: Item) -> str:
+        """``bench_format_label.md`` with the labels."""
+        return render_prompt("bench_format_label.md", labels=", ".join(self.labels))
+
+
 def make_task(spec: str) -> Task:
     """The task for a ``--task`` string.
 
     Raises:
-        UsageError: unknown task, missing file, or a task that is not supported yet.
+        UsageError: unknown task or missing file.
     """
     kind, _, rest = spec.strip().partition(":")
     if kind == "arithmetic" and not rest:
@@ -303,10 +358,7 @@ def make_task(spec: str) -> Task:
     if kind == "mcq" and rest:
         return MCQTask(rest)
     if kind == "absa":
-        raise UsageError(
-            "task 'absa' is not supported by moot bench yet: it needs the ABSA pipeline (moot.absa) "
-            "wired to per-aspect scoring; use arithmetic, gsm8k:FILE.jsonl or mcq:FILE.jsonl"
-        )
+        return AbsaTask(rest or None)
     raise UsageError(
-        f"unknown task {spec!r}; use arithmetic, gsm8k:FILE.jsonl, mcq:FILE.jsonl (absa: not yet)"
+        f"unknown task {spec!r}; use arithmetic, gsm8k:FILE.jsonl, mcq:FILE.jsonl or absa[:FILE.jsonl]"
     )

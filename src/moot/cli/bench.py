@@ -96,7 +96,7 @@ def _report_only(out: Path) -> BenchRun:
 
 def bench(
     task: Annotated[
-        str, typer.Option("--task", help="arithmetic | gsm8k:FILE.jsonl | mcq:FILE.jsonl (absa: not yet)")
+        str, typer.Option("--task", help="arithmetic | gsm8k:FILE.jsonl | mcq:FILE.jsonl | absa[:FILE.jsonl]")
     ] = "arithmetic",
     methods: Annotated[
         str,
