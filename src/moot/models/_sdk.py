@@ -44,8 +44,15 @@ class SDKModel(Model):
             base_url=self.base_url,
             max_retries=0,
             timeout=self.timeout,
-            http_client=self._http_client,
+            http_client=self._http_client or self._own_http_client(),
         )
+
+    def _own_http_client(self) -> Any:
+        """An HTTP client moot creates for the SDK client (None: the SDK's default).
+
+        Called inside the running loop; the SDK client owns (and closes) what this returns.
+        """
+        return None
 
     def _client(self) -> Any:
         loop = asyncio.get_running_loop()
