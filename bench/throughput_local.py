@@ -1,4 +1,4 @@
-"""The embedded-model half of ``throughput.py``: a round of 3 agents, sequential vs batched.
+"""The embedded-model half of ``throughput.py``: a round of 3 agents, naive vs sequential vs batched.
 
 Run through ``python bench/throughput.py --no-http`` (see its docstring), or
 alone: ``python bench/throughput_local.py``. Every loop is bounded by
@@ -12,6 +12,11 @@ import statistics
 import sys
 import time
 from typing import Any
+
+MODES = ("naive", "sequential", "batched")
+"""naive: sequential calls with the KV cache reset before each (no reuse at all); sequential:
+what LocalModel does (llama-cpp-python's Llama reuses the previous call's common prefix);
+batched: llama.cpp's batch API (shared prefix decoded once, the agents generate together)."""
 
 
 def _chatml(messages: list[tuple[str, str]]) -> str:
@@ -171,19 +176,23 @@ def local_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                     )
                     for a in range(3)
                 ]
-            order = ("sequential", "batched") if rep % 2 == 0 else ("batched", "sequential")
+            # Rotate the order rep by rep so a burst of load on a shared machine hits every mode alike.
+            order = MODES[rep % 3 :] + MODES[: rep % 3]
             for mode in order:
                 t0 = time.perf_counter()
-                if mode == "sequential":
+                if mode in ("naive", "sequential"):
                     bias = {t: -1e9 for t in batched.eog} if args.fixed_length else None
-                    outs = [
-                        llm.create_completion(
-                            p, max_tokens=args.local_tokens, temperature=0.7, seed=s, logit_bias=bias
+                    outs = []
+                    for p, s in zip(prompts, seeds, strict=True):
+                        if mode == "naive":
+                            llm.reset()  # forget the KV cache: every call reads its whole prompt
+                        outs.append(
+                            llm.create_completion(
+                                p, max_tokens=args.local_tokens, temperature=0.7, seed=s, logit_bias=bias
+                            )
                         )
-                        for p, s in zip(prompts, seeds, strict=True)
-                    ]
                     gen = sum(o["usage"]["completion_tokens"] for o in outs)
-                    if round_no == 0:
+                    if round_no == 0 and mode == "sequential":
                         replies = [o["choices"][0]["text"] for o in outs]
                 else:
                     gen = batched.round(
@@ -204,8 +213,8 @@ def local_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     batched.close()
     rows = []
     for round_no in (0, 1):
-        seq, bat = totals[("sequential", round_no)], totals[("batched", round_no)]
-        for mode, (wall, gen, calls) in (("sequential", seq), ("batched", bat)):
+        for mode in MODES:
+            wall, gen, calls = totals[(mode, round_no)]
             rows.append(
                 {
                     "part": "local",
@@ -217,42 +226,35 @@ def local_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "generated": gen,
                 }
             )
-        seq_calls, seq_tok, bat_calls, bat_tok = (
-            seq[2] / seq[0],
-            seq[1] / seq[0],
-            bat[2] / bat[0],
-            bat[1] / bat[0],
+        for fast, slow in (("batched", "naive"), ("sequential", "naive"), ("batched", "sequential")):
+            # Per-rep speed-ups are robust to a burst of load hitting one rep: report their median.
+            ratios = sorted(v[slow][0] / v[fast][0] for (_, r), v in per_rep.items() if r == round_no)
+            tok = sorted(
+                (v[fast][1] / v[fast][0]) / (v[slow][1] / v[slow][0])
+                for (_, r), v in per_rep.items()
+                if r == round_no
+            )
+            rows.append(
+                {
+                    "part": "local",
+                    "round": round_no,
+                    "mode": f"speedup_{fast}_vs_{slow}",
+                    "calls_per_s": statistics.median(ratios),
+                    "tokens_per_s": statistics.median(tok),
+                }
+            )
+            print(
+                f"[local] round {round_no} {fast} vs {slow}: median per-rep gain calls/s "
+                f"x{statistics.median(ratios):.2f}, tok/s x{statistics.median(tok):.2f} "
+                f"(per rep: {', '.join(f'{x:.2f}' for x in ratios)})",
+                flush=True,
+            )
+        summary = " | ".join(
+            f"{m} {totals[(m, round_no)][2] / totals[(m, round_no)][0]:.2f} calls/s "
+            f"{totals[(m, round_no)][1] / totals[(m, round_no)][0]:.1f} tok/s"
+            for m in MODES
         )
-        # Per-rep speed-ups are robust to a burst of load hitting one rep: report their median too.
-        call_ratios = sorted(
-            v["sequential"][0] / v["batched"][0] for (_, r), v in per_rep.items() if r == round_no
-        )
-        tok_ratios = sorted(
-            (v["batched"][1] / v["batched"][0]) / (v["sequential"][1] / v["sequential"][0])
-            for (_, r), v in per_rep.items()
-            if r == round_no
-        )
-        rows.append(
-            {
-                "part": "local",
-                "round": round_no,
-                "mode": "median_per_rep_speedup",
-                "calls_per_s": statistics.median(call_ratios),
-                "tokens_per_s": statistics.median(tok_ratios),
-            }
-        )
-        reps = ", ".join(f"{x:.2f}" for x in call_ratios)
-        print(
-            f"[local] round {round_no} median per-rep gain calls/s x{statistics.median(call_ratios):.2f}, "
-            f"tok/s x{statistics.median(tok_ratios):.2f} (per rep, calls/s: {reps})",
-            flush=True,
-        )
-        print(
-            f"[local] round {round_no}: sequential {seq_calls:.2f} calls/s {seq_tok:.1f} tok/s | "
-            f"batched {bat_calls:.2f} calls/s {bat_tok:.1f} tok/s | "
-            f"speed-up calls/s x{bat_calls / seq_calls:.2f}, tok/s x{bat_tok / seq_tok:.2f}",
-            flush=True,
-        )
+        print(f"[local] round {round_no}: {summary}", flush=True)
     return rows
 
 
