@@ -36,9 +36,12 @@ simultaneous agents, as calls/s and generated tokens/s:
   then the three sequences generate together, one token each per
   ``llama_decode``.
 
-Both run round 0 (three agents, the same question) and round 1 (each agent's
-own history plus its peers' replies, so the prompts differ after the question),
-interleaved rep by rep so a busy machine slows both alike. The machine's load
+All three run round 0 (three agents, the same question), round 1 in Du et al.'s
+layout (each agent's own history plus its peers' replies, so the prompts differ
+right after the question) and round ``1s``: the same replies in moot's engine
+layout (shared transcript first, the agent's own instruction last). Modes are
+interleaved rep by rep so a busy machine slows all alike, and ``sequential``
+starts each round from an empty cache (it reuses only within its own round). The machine's load
 average is printed with the figures: they vary a lot on shared machines.
 
 Everything is bounded: the server process stops itself after ``--server-timeout``

@@ -13,6 +13,10 @@ import sys
 import time
 from typing import Any
 
+ROUNDS = ("0", "1", "1s")
+"""0: three agents, the same question; 1: Du et al.'s debate round (own history, then the peers'
+replies: the prompts differ right after the question); 1s: the same replies in moot's engine
+layout (the shared transcript first, the agent's own instruction last), which prefix reuse favours."""
 MODES = ("naive", "sequential", "batched")
 """naive: sequential calls with the KV cache reset before each (no reuse at all); sequential:
 what LocalModel does (llama-cpp-python's Llama reuses the previous call's common prefix);
@@ -152,8 +156,8 @@ def local_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     batched = _Batched(path, 3, args.threads, unified=args.kv_unified)
     task = ArithmeticTask()
     items = task.items(args.local_reps, args.seed)
-    totals: dict[tuple[str, int], list[float]] = {}
-    per_rep: dict[tuple[int, int], dict[str, tuple[float, float]]] = {}  # (rep, round) -> mode -> (s, tokens)
+    totals: dict[tuple[str, str], list[float]] = {}
+    per_rep: dict[tuple[int, str], dict[str, tuple[float, float]]] = {}  # (rep, round) -> mode -> (s, tokens)
 
     def tokens(text: str) -> list[int]:
         return list(llm.tokenize(text.encode(), add_bos=False, special=True))
@@ -162,16 +166,31 @@ def local_part(args: argparse.Namespace) -> list[dict[str, Any]]:
         round0 = [_chatml([("user", item.prompt)])] * 3
         seeds = [1000 * rep + a for a in range(3)]
         replies = []
-        for round_no in (0, 1):
-            if round_no == 0:
+        for round_no in ROUNDS:
+            if round_no == "0":
                 prompts = round0
-            else:
+            elif round_no == "1":  # Du et al.'s layout: each agent's own history, then its peers
                 prompts = [
                     _chatml(
                         [
                             ("user", item.prompt),
                             ("assistant", replies[a]),
                             ("user", task.debate_prompt(item, [replies[j] for j in range(3) if j != a])),
+                        ]
+                    )
+                    for a in range(3)
+                ]
+            else:  # moot's engine layout: the shared transcript first, the agent's own part last
+                transcript = "\n\n".join(f"Agent {j + 1}: {replies[j]}" for j in range(3))
+                prompts = [
+                    _chatml(
+                        [
+                            (
+                                "user",
+                                f"{item.prompt}\n\nThe agents' answers so far:\n\n{transcript}\n\n"
+                                f"You are agent {a + 1}. Use the other agents' answers as additional "
+                                f"advice. Can you provide an updated answer? {task.format_instruction(item)}",
+                            )
                         ]
                     )
                     for a in range(3)
@@ -183,6 +202,7 @@ def local_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                 if mode in ("naive", "sequential"):
                     bias = {t: -1e9 for t in batched.eog} if args.fixed_length else None
                     outs = []
+                    llm.reset()  # no reuse across modes: sequential reuses only within its own round
                     for p, s in zip(prompts, seeds, strict=True):
                         if mode == "naive":
                             llm.reset()  # forget the KV cache: every call reads its whole prompt
@@ -192,7 +212,7 @@ def local_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                             )
                         )
                     gen = sum(o["usage"]["completion_tokens"] for o in outs)
-                    if round_no == 0 and mode == "sequential":
+                    if round_no == "0" and mode == "sequential":
                         replies = [o["choices"][0]["text"] for o in outs]
                 else:
                     gen = batched.round(
@@ -212,7 +232,7 @@ def local_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                 )
     batched.close()
     rows = []
-    for round_no in (0, 1):
+    for round_no in ROUNDS:
         for mode in MODES:
             wall, gen, calls = totals[(mode, round_no)]
             rows.append(
