@@ -381,3 +381,23 @@ def test_start_and_steps_equal_run() -> None:
     a = asyncio.run(stepwise())
     b = Debate("answer", model=ScriptedModel(answer_script())).run_sync("Q?")
     assert a.final_answer == b.final_answer == "merged" and a.usage == b.usage
+
+
+def test_speakers_who_see_the_same_turns_share_the_prompt_up_to_their_persona() -> None:
+    # A concurrent group in round 2 sees exactly round 1: with the transcript before [PERSONA] (and
+    # no per-viewer mark in it), a prefix cache reads the whole shared transcript only once.
+    seen: dict[tuple[str, int], list[str]] = {}
+
+    def fn(req: ModelRequest) -> dict[str, object]:
+        key = (str(req.metadata["speaker"]), int(req.metadata["round"]))
+        seen[key] = [m.content for m in req.messages]
+        return {"final_answer": "F"} if req.metadata["phase"] == "judge" else ans(f"{key[0]}{key[1]}")
+
+    proto = simple_protocol(order=[["a", "b", "c"]], visibility="previous_round")
+    Debate(proto, model=FunctionModel(fn)).run_sync("T")
+    prompts = [seen[(s, 2)] for s in ("a", "b", "c")]
+    assert prompts[0][0] == prompts[1][0] == prompts[2][0]  # the system message
+    shared = [p[1].split("[PERSONA]")[0] for p in prompts]
+    assert shared[0] == shared[1] == shared[2]
+    assert all(x in shared[0] for x in ("a1", "b1", "c1")) and "(you)" not in shared[0]
+    assert '"key": "a"' in prompts[0][1].split("[PERSONA]")[1]  # the speaker still knows who it is

@@ -4,8 +4,9 @@ Messages are laid out so that what every call of a debate shares comes first:
 the system message holds the instructions, ``[TOPIC]`` and
 ``[SHARED_CONTEXT_JSON]``, identical for all speaker calls of one debate, so
 servers with prefix caching (vLLM, llama.cpp, and the in-process local model)
-reuse that prefix. What differs per call (``[PERSONA]``, ``[HISTORY]`` or
-``[ALL_TURNS]``, the task) goes in the user message.
+reuse that prefix. The user message holds the turns the caller may see
+(``[HISTORY]`` or ``[ALL_TURNS]``, identical for every speaker who sees the same
+turns), then what differs per call: ``[PERSONA]`` and the task.
 """
 
 from __future__ import annotations
@@ -124,9 +125,12 @@ def build_messages(
     # The cap is enforced by max_tokens and trimming; stating it in the prompt made small models
     # parrot "stay under N tokens" into their answers, so the prompt only asks for brevity.
     limit = " Be concise." if max_tokens else ""
+    # The transcript comes before the persona, rendered without a per-viewer "(you)" mark (the
+    # persona block names the speaker): speakers who see the same turns then share the prompt up
+    # to [PERSONA], so prefix caches skip re-reading it (measured in bench/throughput_local.py).
     user = (
+        f"[{section}]\n{render_turns(turns)}\n\n"
         f"[PERSONA]\n{json.dumps(persona.prompt_view(), ensure_ascii=False)}\n\n"
-        f"[{section}]\n{render_turns(turns, viewer=persona.key)}\n\n"
         f"[TASK]\n{task}{limit}\n"
         f"Reply with one JSON object of the form {schema_hint(output_type)}"
     )
