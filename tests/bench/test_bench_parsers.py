@@ -94,6 +94,33 @@ def test_parse_choice(text: str, value: str | None, rule: str) -> None:
         ("The sentiment is not positive at all.", None, "none"),  # no guessing from a stray label word
         ("It was positive for some and negative for others.", None, "none"),
         ("(mixed)", None, "none"),  # not one of the task's labels
+        # Real replies of the embedded 135M model (moot bench --task absa):
+        (
+            'The review sentence expresses a neutral sentiment toward the aspect "service" by stating '
+            "that no complaints were made regarding the service.",
+            "neutral",
+            "phrase",
+        ),
+        (
+            "The sentiment expressed in the given review sentence is positive, indicating that the "
+            "reviewer is appreciative of the quality of the product or service.",
+            "positive",
+            "phrase",
+        ),
+        (
+            'The review sentence expresses a positive sentiment toward the aspect "staff" and is '
+            "neutral in terms of sentiment.",
+            None,
+            "none",
+        ),  # two labels: no answer
+        (
+            'The review sentence expresses a positive sentiment toward the aspect "battery" by stating '
+            "that the tablet is lighter. However, it also expresses a negative sentiment towards it.",
+            None,
+            "none",
+        ),
+        ("This is not a positive sentiment.", None, "none"),  # negated
+        ("It shows a mixed sentiment.", None, "none"),  # a label outside the task's set
         ("", None, "none"),
     ],
 )

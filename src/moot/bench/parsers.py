@@ -34,8 +34,11 @@ Multiple choice (``mcq``), letters restricted to the item's own letters:
 Sentiment labels (``absa``), case-insensitive, restricted to the task's labels:
 
 1. ``marker``: the last ``(X)`` or ``\boxed{X}`` whose content is a label.
-2. ``phrase``: the last "sentiment is X", "polarity: X", "answer is X" or
-   "label: X" phrase.
+2. ``phrase``: every statement of the form "a X sentiment" (or polarity, tone,
+   opinion) and "sentiment ... is X" / "polarity: X" / "answer is X" /
+   "label: X" within one clause. They must all name the same label; if two
+   name different labels ("a positive sentiment ... and is neutral"), or one
+   is negated ("not a positive sentiment"), the reply is a parse failure.
 3. ``bare``: the whole reply is one label, optionally with punctuation.
 4. otherwise a parse failure. There is no "any label word in the text"
    fallback: "not positive at all" would be read as positive.
@@ -179,9 +182,26 @@ def parse_choice(text: str, letters: str) -> Parsed:
     return _FAILED
 
 
-_LABEL_PHRASE_RE = re.compile(
-    r"(?i)(?:sentiment|polarity|answer|label)\s*(?:is|would be|:)\s*[:\-]?\s*[(\"'*]*\s*([a-z]+)"
+_LABELS_RE = r"(positive|negative|neutral|mixed|conflict)"
+# "a positive sentiment", "negative polarity": the label right before the noun.
+_LABEL_BEFORE_RE = re.compile(rf"(?i)\b{_LABELS_RE}\s+(?:sentiment|polarity|tone|opinion)\b")
+# "The sentiment expressed in the sentence is positive", "Polarity: negative": within one clause.
+_LABEL_AFTER_RE = re.compile(
+    rf"(?i)\b(?:sentiment|polarity|answer|label)\b[^.;\n]{{0,80}}?(?:\bis|\bwould be|:)\s*"
+    rf"(not\s+)?[(\"'*]*\s*{_LABELS_RE}\b"
 )
+_NEGATION_RE = re.compile(r"(?i)\b(?:not|no|never|n't|without)\s+(?:\w+\s+)?$")
+
+
+def _label_phrases(text: str) -> list[tuple[str, bool]]:
+    """(label, negated) of every label statement in ``text``."""
+    found = []
+    for m in _LABEL_BEFORE_RE.finditer(text):
+        negated = _NEGATION_RE.search(text[max(0, m.start() - 20) : m.start()]) is not None
+        found.append((m.group(1).lower(), negated))
+    for m in _LABEL_AFTER_RE.finditer(text):
+        found.append((m.group(2).lower(), m.group(1) is not None))
+    return found
 
 
 def parse_label(text: str, labels: tuple[str, ...]) -> Parsed:
@@ -196,10 +216,13 @@ def parse_label(text: str, labels: tuple[str, ...]) -> Parsed:
         cand = content.strip().strip("*").strip().lower()
         if cand in valid:
             return Parsed(cand, "marker")
-    for m in reversed(list(_LABEL_PHRASE_RE.finditer(text))):
-        cand = m.group(1).lower()
-        if cand in valid:
-            return Parsed(cand, "phrase")
+    phrases = _label_phrases(text)
+    if phrases:
+        named = {label for label, _ in phrases}
+        # Conflicting or negated statements are no answer: the parser never picks one for the model.
+        if len(named) == 1 and not any(neg for _, neg in phrases) and named <= valid:
+            return Parsed(named.pop(), "phrase")
+        return _FAILED
     bare = text.strip().strip("*().:!\"' ").lower()
     if bare in valid:
         return Parsed(bare, "bare")
