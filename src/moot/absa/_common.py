@@ -6,13 +6,16 @@ import json
 import time
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
 from ..models.base import Message, Model, Usage
 from ..structured import ask, schema_hint
 from .schemas import TraceStep
+
+if TYPE_CHECKING:
+    from .config import AbsaConfig
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -75,24 +78,28 @@ class Recorder:
         prompt: str,
         user: str,
         output_type: type[T],
-        *,
-        max_tokens: int,
-        temperature: float | None,
+        config: AbsaConfig,
+        errors: dict[str, str],
     ) -> T | None:
-        """One structured call via :func:`moot.structured.ask`, traced; None (and an error) on failure."""
+        """One structured call via :func:`moot.structured.ask`, traced.
+
+        Uses the config's ``max_tokens`` and ``temperature``. On failure it returns None and
+        records the error both on the run and in ``errors`` (the calling stage's own result).
+        """
         t0 = self.now_ms()
         outcome = await ask(
             model,
             [Message(role="system", content=prompt), Message(role="user", content=user)],
             output_type,
-            max_tokens=max_tokens,
-            temperature=temperature,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
             metadata={"speaker": speaker, "phase": "absa"},
         )
         self.usage = self.usage + outcome.usage
         if outcome.value is None:
-            self.errors[speaker] = outcome.error or "failed"
-            self.step(speaker, t0, ok=False, detail=(outcome.error or "failed")[:300])
+            error = outcome.error or "failed"
+            self.errors[speaker] = errors[speaker] = error
+            self.step(speaker, t0, ok=False, detail=error[:300])
             return None
         self.step(speaker, t0, detail="repaired" if outcome.repaired else "")
         assert isinstance(outcome.value, output_type)

@@ -136,36 +136,17 @@ async def run_stage1(sentence: str, model: Model, config: AbsaConfig, rec: Recor
     the validator always runs (it judges the sentence label too).
     """
     result = Stage1Result()
-    ate = await rec.call(
-        model,
-        "ate",
-        render_prompt("ate", AteOutput, sentence=sentence),
-        _USER,
-        AteOutput,
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
-    )
-    if ate is None:
-        result.errors["ate"] = rec.errors["ate"]
-    else:
+    prompt = render_prompt("ate", AteOutput, sentence=sentence)
+    ate = await rec.call(model, "ate", prompt, _USER, AteOutput, config, result.errors)
+    if ate is not None:
         result.aspects = verify_aspects(sentence, ate, result.span_notes)
         result.ate = StageSignal(label=ate.label, confidence=ate.confidence)
 
     if result.aspects:
         terms = [a.term for a in result.aspects]
         prompt = render_prompt("atsa", AtsaOutput, sentence=sentence, aspects=terms)
-        atsa = await rec.call(
-            model,
-            "atsa",
-            prompt,
-            _USER,
-            AtsaOutput,
-            max_tokens=config.max_tokens,
-            temperature=config.temperature,
-        )
-        if atsa is None:
-            result.errors["atsa"] = rec.errors["atsa"]
-        else:
+        atsa = await rec.call(model, "atsa", prompt, _USER, AtsaOutput, config, result.errors)
+        if atsa is not None:
             result.sentiments = verify_sentiments(sentence, atsa, result.aspects, result.span_notes)
             result.atsa = atsa_signal(result.sentiments)
     else:
@@ -179,16 +160,7 @@ async def run_stage1(sentence: str, model: Model, config: AbsaConfig, rec: Recor
         "label": result.ate.label,
     }
     prompt = render_prompt("validator", ValidatorOutput, sentence=sentence, stage1=stage1_view)
-    validator = await rec.call(
-        model,
-        "validator",
-        prompt,
-        _USER,
-        ValidatorOutput,
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
+    result.validator = await rec.call(
+        model, "validator", prompt, _USER, ValidatorOutput, config, result.errors
     )
-    if validator is None:
-        result.errors["validator"] = rec.errors["validator"]
-    result.validator = validator
     return result

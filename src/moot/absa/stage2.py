@@ -360,20 +360,10 @@ async def run_stage2(
     if config.run_stage2:
         current = {"aspects": [a.model_dump() for a in ws.aspects]}
         prompt = render_prompt("ate_review", AteReview, sentence=sentence, current=current, context=ctx)
-        ate_review = await rec.call(
-            model,
-            "ate_review",
-            prompt,
-            _USER,
-            AteReview,
-            max_tokens=config.max_tokens,
-            temperature=config.temperature,
-        )
+        ate_review = await rec.call(model, "ate_review", prompt, _USER, AteReview, config, result.errors)
         if ate_review is not None:
             apply_ate_review(ws, ate_review)
             result.ate = StageSignal(label=ate_review.label, confidence=ate_review.confidence)
-        else:
-            result.errors["ate_review"] = rec.errors["ate_review"]
         current_sentiments = {
             "aspects": [a.term for a in ws.aspects],
             "aspect_sentiments": [
@@ -383,19 +373,9 @@ async def run_stage2(
         prompt = render_prompt(
             "atsa_review", AtsaReview, sentence=sentence, current=current_sentiments, context=ctx
         )
-        atsa_review = await rec.call(
-            model,
-            "atsa_review",
-            prompt,
-            _USER,
-            AtsaReview,
-            max_tokens=config.max_tokens,
-            temperature=config.temperature,
-        )
+        atsa_review = await rec.call(model, "atsa_review", prompt, _USER, AtsaReview, config, result.errors)
         if atsa_review is not None:
             apply_atsa_review(ws, atsa_review)
-        else:
-            result.errors["atsa_review"] = rec.errors["atsa_review"]
     else:
         rec.skip("ate_review", "run_stage2 is false")
         rec.skip("atsa_review", "run_stage2 is false")
