@@ -238,6 +238,10 @@ class AspectSentiment(_State):
     source: str = "stage1"
     """Which step last set it: stage1, validator, ate_review, atsa_review, debate_override, debate_patch."""
 
+    def prompt_view(self) -> dict[str, Any]:
+        """What prompts and the debate context show of it (no offsets or provenance)."""
+        return self.model_dump(include={"aspect", "polarity", "opinion", "confidence"})
+
 
 class Correction(_State):
     """One entry of the correction log (applied or skipped)."""
@@ -295,12 +299,7 @@ class Stage1Result(_State):
                 "label": self.ate.label,
                 "confidence": self.ate.confidence,
             },
-            "atsa": {
-                "aspect_sentiments": [
-                    s.model_dump(include={"aspect", "polarity", "opinion", "confidence"})
-                    for s in self.sentiments
-                ]
-            },
+            "atsa": {"aspect_sentiments": [s.prompt_view() for s in self.sentiments]},
             "validator": self.validator.model_dump() if self.validator is not None else None,
         }
 

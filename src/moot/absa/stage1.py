@@ -154,9 +154,7 @@ async def run_stage1(sentence: str, model: Model, config: AbsaConfig, rec: Recor
 
     stage1_view = {
         "aspects": [a.model_dump() for a in result.aspects],
-        "aspect_sentiments": [
-            s.model_dump(include={"aspect", "polarity", "opinion", "confidence"}) for s in result.sentiments
-        ],
+        "aspect_sentiments": [s.prompt_view() for s in result.sentiments],
         "label": result.ate.label,
     }
     prompt = render_prompt("validator", ValidatorOutput, sentence=sentence, stage1=stage1_view)

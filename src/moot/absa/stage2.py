@@ -366,9 +366,7 @@ async def run_stage2(
             result.ate = StageSignal(label=ate_review.label, confidence=ate_review.confidence)
         current_sentiments = {
             "aspects": [a.term for a in ws.aspects],
-            "aspect_sentiments": [
-                s.model_dump(include={"aspect", "polarity", "opinion", "confidence"}) for s in ws.sentiments
-            ],
+            "aspect_sentiments": [s.prompt_view() for s in ws.sentiments],
         }
         prompt = render_prompt(
             "atsa_review", AtsaReview, sentence=sentence, current=current_sentiments, context=ctx
