@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from moot.models.base import ModelRequest
+
 SENTENCE = "The battery lasts all day but the screen is dim."
 B0 = SENTENCE.index("battery")
 S0 = SENTENCE.index("screen")
@@ -116,3 +118,15 @@ def patch_replies() -> dict[str, list[Any]]:
     # cj speaks once as a speaker, then judges (the judge persona of the patch preset is cj)
     out["cj"] = [{"agent": "CJ", "proposed_edits": [edit]}, judgement]
     return out
+
+
+def aspect_free_reply(request: ModelRequest) -> dict[str, Any]:
+    """A FunctionModel brain for the ABSA stage calls: no aspects, a positive label, no edits."""
+    speaker = request.metadata["speaker"]
+    if speaker == "ate":
+        return {"aspects": [], "label": "positive", "confidence": 0.9}
+    if speaker == "validator":
+        return {"issues": [], "suggested_label": None, "confidence": 0.0}
+    if speaker == "ate_review":
+        return {"aspect_review": [], "label": "positive", "confidence": 0.9}
+    return {"sentiment_review": []}

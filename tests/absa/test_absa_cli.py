@@ -15,6 +15,7 @@ from moot.models import _CACHE as MODEL_CACHE
 from moot.models import ModelRequest, register_provider
 from moot.models.testing import FunctionModel
 
+from .scripts import aspect_free_reply
 from .test_dataset_eval import gold_brain
 
 
@@ -28,14 +29,7 @@ def brain(request: ModelRequest) -> dict[str, Any]:
         "judge",
     ):
         return gold_brain(request)
-    speaker = request.metadata["speaker"]
-    if speaker == "ate":
-        return {"aspects": [], "label": "positive", "confidence": 0.9}
-    if speaker == "validator":
-        return {"issues": [], "suggested_label": None, "confidence": 0.0}
-    if speaker == "ate_review":
-        return {"aspect_review": [], "label": "positive", "confidence": 0.9}
-    return {"sentiment_review": []}
+    return aspect_free_reply(request)
 
 
 @pytest.fixture(autouse=True)

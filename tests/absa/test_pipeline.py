@@ -13,7 +13,14 @@ from moot.errors import UsageError
 from moot.models.base import ModelRequest
 from moot.models.testing import FunctionModel, ScriptedModel
 
-from .scripts import SENTENCE, patch_replies, persona_replies, stage1_replies, stage2_replies
+from .scripts import (
+    SENTENCE,
+    aspect_free_reply,
+    patch_replies,
+    persona_replies,
+    stage1_replies,
+    stage2_replies,
+)
 
 
 def aspects(res: FinalResult) -> list[tuple[str, str, float]]:
@@ -262,20 +269,10 @@ def test_korean_with_function_model() -> None:
 def test_batch_order_and_callback() -> None:
     seen: list[int] = []
 
-    def brain(request: ModelRequest) -> dict[str, Any]:
-        speaker = request.metadata["speaker"]
-        if speaker == "ate":
-            return {"aspects": [], "label": "positive", "confidence": 0.9}
-        if speaker == "validator":
-            return {"issues": [], "suggested_label": None, "confidence": 0.0}
-        if speaker == "ate_review":
-            return {"aspect_review": [], "label": "positive", "confidence": 0.9}
-        return {"sentiment_review": []}
-
     async def go() -> list[FinalResult]:
         return await run_absa_batch(
             ["Nice.", "Great.", "Fine."],
-            model=FunctionModel(brain, delay=0.001),
+            model=FunctionModel(aspect_free_reply, delay=0.001),
             config="abl_no_debate",
             concurrency=2,
             on_result=lambda i, _r: seen.append(i),
