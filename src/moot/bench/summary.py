@@ -54,17 +54,17 @@ class MethodSummary:
     @property
     def accuracy(self) -> float:
         """Correct over finished items (0 when there are none)."""
-        return self.correct / self.n if self.n else 0.0
+        return self.per_item(self.correct)
 
     @property
     def round0_accuracy(self) -> float:
         """Accuracy of the first round's plurality vote."""
-        return self.round0_correct / self.n if self.n else 0.0
+        return self.per_item(self.round0_correct)
 
     @property
     def parse_failure_rate(self) -> float:
         """Items whose final answer could not be parsed, over items."""
-        return self.parse_failures / self.n if self.n else 0.0
+        return self.per_item(self.parse_failures)
 
     def per_item(self, total: int | float) -> float:
         """``total`` divided by the number of items."""
