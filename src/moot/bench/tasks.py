@@ -171,6 +171,14 @@ class ArithmeticTask(Task):
         return load_prompt("bench_format_number.md")
 
 
+def _data_file(kind: str, path: str | Path) -> Path:
+    """``path`` as a Path, or a UsageError naming the task when the file does not exist."""
+    out = Path(path)
+    if not out.is_file():
+        raise UsageError(f"{kind} data file not found: {out}")
+    return out
+
+
 def _read_jsonl(path: Path, task: str) -> list[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         raise UsageError(f"{task} data file not found: {path}")
@@ -208,10 +216,8 @@ class GSM8KTask(Task):
     kind = "gsm8k"
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path = _data_file(self.kind, path)
         self.spec = f"gsm8k:{path}"
-        if not self.path.is_file():
-            raise UsageError(f"gsm8k data file not found: {self.path}")
 
     def items(self, n: int | None, seed: int) -> list[Item]:
         """A seeded sample of the file's items (see the module docstring).
@@ -247,10 +253,8 @@ class MCQTask(Task):
     kind = "mcq"
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path = _data_file(self.kind, path)
         self.spec = f"mcq:{path}"
-        if not self.path.is_file():
-            raise UsageError(f"mcq data file not found: {self.path}")
 
     @staticmethod
     def _choices(row: dict[str, Any], where: str) -> dict[str, str]:
@@ -312,10 +316,8 @@ class AbsaTask(Task):
     """The valid answers, in the order the prompt lists them."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path is not None else None
+        self.path = _data_file(self.kind, path) if path is not None else None
         self.spec = f"absa:{path}" if path is not None else "absa"
-        if self.path is not None and not self.path.is_file():
-            raise UsageError(f"absa data file not found: {self.path}")
 
     def items(self, n: int | None, seed: int) -> list[Item]:
         """A seeded sample of the (sentence, aspect) pairs (see the module docstring).
