@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -188,28 +189,34 @@ def bound_schema(schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     defs: dict[str, Any] = out.get("$defs", {})
     # JSON punctuation and keys cost ~20-40 tokens per object: fewer list items on small budgets.
     items = max(1, min(DEFAULT_MAX_ITEMS, max_tokens // 48))
-    for node in [out, *defs.values()]:
-        _apply_item_bounds(node, items)
+    for node in _subschemas([out, *defs.values()]):
+        if node.get("type") == "array":
+            node.setdefault("maxItems", items)
     slots = max(_slots(out, defs, 0, strings_only=True), 1.0)
     fields = _slots(out, defs, 0, strings_only=False)
     overhead = min(max_tokens * 0.6, 8 + 6 * fields)  # keys, quotes, commas, numbers: ~6 tokens a field
     per_string = max(16, int((max_tokens - overhead) * CHARS_PER_TOKEN / slots))
-    for node in [out, *defs.values()]:
-        _apply_bounds(node, per_string)
+    for node in _subschemas([out, *defs.values()]):
+        if node.get("type") == "string" and "enum" not in node:
+            node.setdefault("maxLength", per_string)
     return out
 
 
-def _apply_item_bounds(node: Any, items: int) -> None:
-    if not isinstance(node, dict):
-        return
-    if node.get("type") == "array":
-        node.setdefault("maxItems", items)
-    for value in node.get("properties", {}).values():
-        _apply_item_bounds(value, items)
-    for key in ("anyOf", "oneOf", "allOf"):
-        for value in node.get(key, []):
-            _apply_item_bounds(value, items)
-    _apply_item_bounds(node.get("items"), items)
+def _subschemas(roots: list[Any]) -> Iterator[dict[str, Any]]:
+    """Every schema node below ``roots`` (properties, anyOf/oneOf/allOf, items), roots included.
+
+    ``$ref`` is not followed: the caller passes the ``$defs`` as roots, so each is visited once.
+    """
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        yield node
+        stack.extend(node.get("properties", {}).values())
+        for key in ("anyOf", "oneOf", "allOf"):
+            stack.extend(node.get(key, []))
+        stack.append(node.get("items"))
 
 
 def _slots(node: Any, defs: dict[str, Any], depth: int, *, strings_only: bool) -> float:
@@ -231,19 +238,6 @@ def _slots(node: Any, defs: dict[str, Any], depth: int, *, strings_only: bool) -
     elif not strings_only and not props and "anyOf" not in node and "oneOf" not in node:
         total = max(total, 1.0)  # a number, boolean or enum: one field
     return total
-
-
-def _apply_bounds(node: Any, per_string: int) -> None:
-    if not isinstance(node, dict):
-        return
-    if node.get("type") == "string" and "enum" not in node:
-        node.setdefault("maxLength", per_string)
-    for value in node.get("properties", {}).values():
-        _apply_bounds(value, per_string)
-    for key in ("anyOf", "oneOf", "allOf"):
-        for value in node.get(key, []):
-            _apply_bounds(value, per_string)
-    _apply_bounds(node.get("items"), per_string)
 
 
 class LocalModel(Model):
