@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from moot import models
 from moot.models import base
+from moot.models.base import Model
+
+RegisterProvider = Callable[[str, Callable[[str], Model]], None]
 
 
 @pytest.fixture(autouse=True)
@@ -17,3 +21,23 @@ def _block_model_requests(request: pytest.FixtureRequest) -> Iterator[None]:
     base.ALLOW_MODEL_REQUESTS = allowed
     yield
     base.ALLOW_MODEL_REQUESTS = old
+
+
+@pytest.fixture
+def fake_provider() -> Iterator[RegisterProvider]:
+    """``register(name, factory)``: a provider for this test only.
+
+    Afterwards the provider and every model resolved through it (``name:...`` in the
+    process-wide cache) are removed, so no test sees another's instances.
+    """
+    names: list[str] = []
+
+    def register(name: str, factory: Callable[[str], Model]) -> None:
+        models.register_provider(name, factory)
+        names.append(name)
+
+    yield register
+    for name in names:
+        models._PROVIDERS.pop(name, None)
+        for key in [k for k in models._CACHE if k.startswith(f"{name}:")]:
+            del models._CACHE[key]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,16 +164,13 @@ def test_ten_plus_contradictions_are_batched_under_the_bound() -> None:
     assert model.max_in_flight == 3 and progress == list(range(1, 13))
 
 
-def test_cli_arbitrate_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from moot.models import _CACHE, register_provider
-
-    register_provider("arbfake", lambda rest: ScriptedModel([ruling("agent2_correct", "use_agent2", 0.7)]))
+def test_cli_arbitrate_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    fake_provider("arbfake", lambda rest: ScriptedModel([ruling("agent2_correct", "use_agent2", 0.7)]))
     path = tmp_path / "reports.json"
     path.write_text(json.dumps({"reports": QATAR}))
-    try:
-        assert main(["arbitrate", str(path), "--model", "arbfake:x", "--json"]) == 0
-    finally:
-        _CACHE.pop("arbfake:x", None)
+    assert main(["arbitrate", str(path), "--model", "arbfake:x", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["status"] == "complete" and data["metrics"][0]["agents"] == ["NationalStrategy"]
     bad = tmp_path / "bad.json"

@@ -1,14 +1,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from moot.cli import main
-from moot.models import _CACHE as MODEL_CACHE
-from moot.models import ModelRequest, register_provider
+from moot.models import ModelRequest
 from moot.models.testing import FunctionModel
 from moot.transcript import DebateResult
 
@@ -20,11 +19,8 @@ def _reply(req: ModelRequest) -> dict[str, object]:
 
 
 @pytest.fixture(autouse=True)
-def fake_provider() -> Iterator[None]:
-    register_provider("fake", lambda rest: FunctionModel(_reply, name=f"fake:{rest}"))
-    yield
-    for key in [k for k in MODEL_CACHE if k.startswith("fake:")]:
-        del MODEL_CACHE[key]
+def _fake(fake_provider: Callable[..., None]) -> None:
+    fake_provider("fake", lambda rest: FunctionModel(_reply, name=f"fake:{rest}"))
 
 
 def test_json_prints_exactly_one_result_object(capsys: pytest.CaptureFixture[str]) -> None:

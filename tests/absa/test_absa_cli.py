@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +11,7 @@ import pytest
 
 from moot.absa import FinalResult
 from moot.cli import main
-from moot.models import _CACHE as MODEL_CACHE
-from moot.models import ModelRequest, register_provider
+from moot.models import ModelRequest
 from moot.models.testing import FunctionModel
 
 from .scripts import aspect_free_reply
@@ -33,11 +32,8 @@ def brain(request: ModelRequest) -> dict[str, Any]:
 
 
 @pytest.fixture(autouse=True)
-def absa_provider() -> Iterator[None]:
-    register_provider("absafake", lambda rest: FunctionModel(brain, name=f"absafake:{rest}"))
-    yield
-    for key in [k for k in MODEL_CACHE if k.startswith("absafake:")]:
-        del MODEL_CACHE[key]
+def absa_provider(fake_provider: Callable[..., None]) -> None:
+    fake_provider("absafake", lambda rest: FunctionModel(brain, name=f"absafake:{rest}"))
 
 
 def test_single_sentence_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -8,17 +9,19 @@ from bench_helpers import oracle
 
 from moot.cli import main
 from moot.cli.bench import default_out
-from moot.models import FunctionModel, register_provider
+from moot.models import FunctionModel
 
 
-def _provider(name: str) -> FunctionModel:
+def _provider(register: Callable[..., None], name: str) -> FunctionModel:
     model = oracle(lambda i, a, r: "right" if (i + a) % 2 else "wrong")
-    register_provider(name, lambda rest: model)
+    register(name, lambda rest: model)
     return model
 
 
-def test_bench_command_runs_reports_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    model = _provider("benchcli")
+def test_bench_command_runs_reports_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    model = _provider(fake_provider, "benchcli")
     out = tmp_path / "out"
     argv = ["bench", "--task", "arithmetic", "--methods", "single,society:3:2", "--matched"]
     argv += ["--model", "benchcli:a", "--n", "6", "--out", str(out), "--no-plots"]
@@ -41,8 +44,10 @@ def test_bench_command_runs_reports_and_resumes(tmp_path: Path, capsys: pytest.C
     assert meta["expanded_methods"] == ["single", "society:3:2", "vote:6"]
 
 
-def test_bench_flags_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _provider("benchcli2")
+def test_bench_flags_and_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    _provider(fake_provider, "benchcli2")
     out = tmp_path / "out"
     argv = ["bench", "--methods", "society:3:3", "--early-stop", "--model", "benchcli2:a", "--n", "2"]
     assert main([*argv, "--out", str(out), "--no-plots"]) == 0
