@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import signal
@@ -27,7 +26,7 @@ from ..bench.report import REPORT_FILE, ensure_plotting, rich_table, write_repor
 from ..bench.runner import RESULTS_FILE, RUN_FILE, BenchConfig, BenchRun, RunObserver, load_records, run_bench
 from ..bench.tasks import make_task
 from ..errors import UsageError
-from ..models.base import Model
+from ..models import run_with_model
 
 __all__ = ["default_out", "register"]
 
@@ -41,16 +40,6 @@ def default_out(task: str, model: str, seed: int) -> Path:
     kind, _, rest = task.partition(":")
     name = kind + (f"-{Path(rest).stem}" if rest else "")
     return Path("bench-out") / f"{slug(name)}-{slug(model)}-s{seed}"
-
-
-async def _run_closing(
-    config: BenchConfig, backend: Model, out_dir: Path, resume: bool, observer: RunObserver
-) -> BenchRun:
-    """Run the benchmark, then close the backend's clients on this loop (even on Ctrl-C)."""
-    try:
-        return await run_bench(config, model=backend, out=out_dir, resume=resume, observer=observer)
-    finally:
-        await backend.aclose()
 
 
 def _methods(text: str, early_stop: bool, debate_if_disagree: bool) -> list[str]:
@@ -193,7 +182,11 @@ def bench(
             # `timeout` and schedulers send SIGTERM: stop like Ctrl-C, with the resume hint.
             previous = signal.signal(signal.SIGTERM, _interrupt)
             try:
-                run = asyncio.run(_run_closing(config, backend, out_dir, resume, observer))
+                # run_with_model closes the backend's loop-bound clients, on Ctrl-C too.
+                run = run_with_model(
+                    backend,
+                    lambda m: run_bench(config, model=m, out=out_dir, resume=resume, observer=observer),
+                )
             except KeyboardInterrupt:
                 console.print(
                     f"interrupted: finished items are saved in {out_dir / RESULTS_FILE}; "
