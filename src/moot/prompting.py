@@ -66,10 +66,13 @@ def _edit_line(agent: str, edit: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def render_turn(turn: Turn, *, viewer: str | None = None) -> str:
-    """One turn as compact text for ``[HISTORY]``/``[ALL_TURNS]``."""
-    who = turn.speaker + (" (you)" if viewer == turn.speaker else "")
-    tag = f"{who} [{turn.phase}, round {turn.round}" + (f", {turn.stance}" if turn.stance else "") + "]"
+def render_turn(turn: Turn) -> str:
+    """One turn as compact text for ``[HISTORY]``/``[ALL_TURNS]``.
+
+    The same for every reader (no "(you)" mark), so speakers who see the same turns share it.
+    """
+    stance = f", {turn.stance}" if turn.stance else ""
+    tag = f"{turn.speaker} [{turn.phase}, round {turn.round}{stance}]"
     if not turn.ok:
         return f"- {tag}: (no valid reply)"
     content = turn.content or {}
@@ -90,9 +93,9 @@ def render_turn(turn: Turn, *, viewer: str | None = None) -> str:
     return f"- {tag}: {text}" + "".join(f"\n  {e}" for e in extras)
 
 
-def render_turns(turns: Iterable[Turn], *, viewer: str | None = None) -> str:
+def render_turns(turns: Iterable[Turn]) -> str:
     """Several turns, or ``(none yet)``."""
-    lines = [render_turn(t, viewer=viewer) for t in turns]
+    lines = [render_turn(t) for t in turns]
     return "\n".join(lines) if lines else "(none yet)"
 
 
