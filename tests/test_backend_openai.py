@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fault_server import Fate, FaultServer, schema_reply
 from moot.errors import (
     MissingCredentialsError,
     ModelConnectionError,
@@ -73,9 +74,9 @@ def ok(body: dict[str, Any] | None = None) -> Any:
     return httpx.Response(200, json=body or completion())
 
 
-def error(status: int, headers: dict[str, str] | None = None) -> Any:
+def error(status: int, headers: dict[str, str] | None = None, message: str | None = None) -> Any:
     return httpx.Response(
-        status, json={"error": {"message": f"status {status}", "type": "x"}}, headers=headers
+        status, json={"error": {"message": message or f"status {status}", "type": "x"}}, headers=headers
     )
 
 
@@ -177,29 +178,37 @@ class TestWireFormat:
             make_model(structured_mode="xml")
 
 
+LLAMA_CPP_500 = 'response_format type must be one of "text" or "json_object", but got: json_schema'
+NAMES_FORMAT = "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model."
+
+
 @pytest.mark.usefixtures("allow_requests")
 class TestFallback:
-    def test_500_falls_back_to_json_object_and_is_remembered(
+    """The structured mode moves down only on a response that proves the server lacks it."""
+
+    def test_llama_cpp_500_falls_back_to_json_object_and_is_remembered(
         self, make_model: Callable[..., OpenAIModel]
     ) -> None:
-        server = Server([error(500), ok(), ok()])
+        server = Server([error(500, message=LLAMA_CPP_500), ok(), ok()])
         model = make_model()
         run(model, server, structured(), times=2)
         kinds = [b["response_format"]["type"] for b in server.bodies()]
-        # First request: json_schema fails, json_object works. Second request: straight to json_object.
+        # First request: json_schema is refused, json_object works. Second request: straight to json_object.
         assert kinds == ["json_schema", "json_object", "json_object"]
         assert server.bodies()[1]["response_format"]["schema"] == SCHEMA
         assert model.structured_mode == "json_object"
 
     @pytest.mark.parametrize("status", [400, 422, 501])
-    def test_other_fallback_statuses(self, make_model: Callable[..., OpenAIModel], status: int) -> None:
-        server = Server([error(status), ok()])
+    def test_client_errors_naming_response_format(
+        self, make_model: Callable[..., OpenAIModel], status: int
+    ) -> None:
+        server = Server([error(status, message=NAMES_FORMAT), ok()])
         model = make_model()
         run(model, server, structured())
         assert model.structured_mode == "json_object"
 
     def test_falls_through_to_prompt_mode(self, make_model: Callable[..., OpenAIModel]) -> None:
-        server = Server([error(400), error(400), ok()])
+        server = Server([error(400, message=NAMES_FORMAT), error(422, message="bad response_format"), ok()])
         model = make_model()
         run(model, server, structured())
         assert [b.get("response_format", {}).get("type") for b in server.bodies()] == [
@@ -209,33 +218,41 @@ class TestFallback:
         ]
         assert model.structured_mode == "prompt"
 
-    def test_mode_is_kept_when_every_mode_fails(self, make_model: Callable[..., OpenAIModel]) -> None:
-        server = Server([error(500), error(500), error(500)])
+    @pytest.mark.parametrize(
+        ("status", "message"),
+        [
+            (500, "internal error"),  # a bare 500 proves nothing
+            (502, LLAMA_CPP_500),  # a gateway error is transient whatever it echoes
+            (503, "overloaded"),
+            (400, "maximum context length exceeded"),  # a 400 about something else
+            (429, "rate limited"),
+        ],
+    )
+    def test_transient_or_unrelated_errors_keep_the_mode(
+        self, make_model: Callable[..., OpenAIModel], status: int, message: str
+    ) -> None:
+        server = Server([error(status, message=message)])
         model = make_model()
         with pytest.raises(ModelHTTPError) as info:
             run(model, server, structured())
-        assert info.value.status_code == 500
-        assert len(server.requests) == 3  # each mode tried once, no loop
-        assert model.structured_mode == "json_schema"  # a transient outage must not degrade the instance
+        assert info.value.status_code == status
+        assert len(server.requests) == 1  # raised at once for call_model to retry, in the same mode
+        assert model.structured_mode == "json_schema"
 
     def test_explicit_mode_never_falls_back(self, make_model: Callable[..., OpenAIModel]) -> None:
-        server = Server([error(500)])
+        server = Server([error(500, message=LLAMA_CPP_500)])
         model = make_model(structured_mode="json_schema")
         with pytest.raises(ModelHTTPError):
             run(model, server, structured())
         assert len(server.requests) == 1
 
-    def test_no_fallback_for_plain_requests_or_rate_limits(
-        self, make_model: Callable[..., OpenAIModel]
-    ) -> None:
-        server = Server([error(500), error(429)])
+    def test_no_fallback_for_plain_requests(self, make_model: Callable[..., OpenAIModel]) -> None:
+        server = Server([error(400, message=NAMES_FORMAT)])
         model = make_model()
         with pytest.raises(ModelHTTPError):
             run(model, server, ModelRequest(messages=[Message(role="user", content="hi")]))
-        with pytest.raises(ModelHTTPError) as info:
-            run(model, server, structured())
-        assert info.value.status_code == 429
-        assert len(server.requests) == 2
+        assert len(server.requests) == 1
+        assert model.structured_mode == "json_schema"
 
 
 @pytest.mark.usefixtures("allow_requests")
@@ -427,3 +444,68 @@ def test_http_stack_choice_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         OpenAIModel("m", base_url=url)
     with pytest.raises(UsageError, match="either http= or http_client="):
         OpenAIModel("m", base_url=url, http="httpx", http_client=object())
+
+
+class TestTransientErrorsOverARealSocket:
+    """Against a real HTTP server: transient faults are retried in the same structured mode."""
+
+    @pytest.mark.parametrize(
+        "fault",
+        [
+            Fate("status", status=500, body='{"error": {"message": "Internal Server Error"}}'),
+            Fate("status", status=503, body="upstream unavailable"),
+            Fate("status", status=429, headers={"Retry-After": "0"}),
+            Fate("malformed"),
+            Fate("drop"),
+        ],
+        ids=["500", "503", "429", "malformed", "dropped"],
+    )
+    def test_two_faults_then_an_answer(self, fault: Fate, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)
+
+        def handler(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+            return fault if n < 2 else Fate(content=schema_reply(body))
+
+        with FaultServer(handler) as server:
+            model = OpenAIModel("m", base_url=server.url)
+
+            async def go() -> Any:
+                try:
+                    policy = RetryPolicy(max_retries=3, base_delay=0.01)
+                    first = await call_model(model, structured(), policy)
+                    second = await call_model(model, structured(), policy)
+                    return first, second
+                finally:
+                    await model.aclose()
+
+            first, second = asyncio.run(go())
+            kinds = [b["response_format"]["type"] for b in server.bodies]
+        assert json.loads(first.text)["answer"] == "x"
+        assert json.loads(second.text)["answer"] == "x"
+        # Every attempt, and the next request, stayed in json_schema: nothing was learnt from the faults.
+        assert kinds == ["json_schema"] * 4
+        assert model.structured_mode == "json_schema"
+
+    def test_llama_cpp_refusal_is_proof(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)
+        refusal = json.dumps({"error": {"code": 500, "message": LLAMA_CPP_500, "type": "server_error"}})
+
+        def handler(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+            if body["response_format"]["type"] == "json_schema":
+                return Fate("status", status=500, body=refusal)
+            return Fate(content=schema_reply(body))
+
+        with FaultServer(handler) as server:
+            model = OpenAIModel("m", base_url=server.url)
+
+            async def go() -> None:
+                try:
+                    for _ in range(3):
+                        await call_model(model, structured(), RetryPolicy(max_retries=0))
+                finally:
+                    await model.aclose()
+
+            asyncio.run(go())
+            kinds = [b["response_format"]["type"] for b in server.bodies]
+        assert kinds == ["json_schema", "json_object", "json_object", "json_object"]
+        assert model.structured_mode == "json_object"

@@ -14,7 +14,9 @@ structured fields so callers can react without parsing messages::
     └── RunError                       something failed while running
         ├── ModelError                 the backend failed (.model)
         │   ├── ModelHTTPError         HTTP error status (.status_code, .body, .retry_after)
+        │   ├── ModelResponseError     a 200 whose body cannot be read (not JSON, no choices)
         │   └── ModelConnectionError   endpoint unreachable / connection dropped
+        │       └── ModelTimeoutError  one request exceeded its time limit (.seconds)
         ├── OutputValidationError      output still invalid after the repair request (.raw, .errors)
         ├── BudgetExceeded             a call or token budget ran out (.kind, .limit, .used)
         └── DebateTimeout              the overall timeout elapsed (.seconds)
@@ -32,6 +34,8 @@ __all__ = [
     "ModelError",
     "ModelHTTPError",
     "ModelRequestsBlocked",
+    "ModelResponseError",
+    "ModelTimeoutError",
     "MootError",
     "OutputValidationError",
     "RunError",
@@ -141,6 +145,28 @@ class ModelConnectionError(ModelError):
 
     def __init__(self, message: str, *, model: str = "") -> None:
         super().__init__(message, model=model, retryable=True)
+
+
+class ModelResponseError(ModelError):
+    """The server answered with success, but the body could not be read (not JSON, wrong shape).
+
+    A proxy or server cut off mid-body produces this; retrying usually works.
+    """
+
+    def __init__(self, message: str, *, model: str = "") -> None:
+        super().__init__(message, model=model, retryable=True)
+
+
+class ModelTimeoutError(ModelConnectionError):
+    """One request took longer than its time limit (the whole request, not one read).
+
+    Attributes:
+        seconds: the limit that elapsed.
+    """
+
+    def __init__(self, seconds: float, *, model: str = "") -> None:
+        super().__init__(f"{model or 'model'}: no complete answer within {seconds:g} s", model=model)
+        self.seconds = seconds
 
 
 class OutputValidationError(RunError):

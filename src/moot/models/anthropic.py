@@ -22,6 +22,7 @@ from ..errors import (
     ModelConnectionError,
     ModelError,
     ModelHTTPError,
+    ModelResponseError,
 )
 from ._sdk import SDKModel
 from .base import Message, ModelRequest, ModelResponse, Usage, check_allow_model_requests
@@ -56,6 +57,8 @@ def map_anthropic_error(err: Exception, model: str) -> ModelError:
         )
     if isinstance(err, anthropic.APIConnectionError):  # APITimeoutError is a subclass
         return ModelConnectionError(f"{model}: {err}", model=model)
+    if isinstance(err, json.JSONDecodeError | anthropic.APIResponseValidationError):
+        return ModelResponseError(f"{model}: unreadable response body: {err}", model=model)
     return ModelError(f"{model}: {type(err).__name__}: {err}", model=model)
 
 

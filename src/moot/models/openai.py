@@ -4,20 +4,12 @@ Spec: ``openai:MODEL`` (e.g. ``openai:gpt-4o-mini``). The endpoint and key come
 from ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` or the constructor.
 
 Servers disagree on how to ask for schema-constrained JSON, so each instance
-has a *structured mode*:
-
-=================  ==========================================================================
-``json_schema``    ``response_format={"type": "json_schema", "json_schema": {name, schema}}``
-                   (OpenAI, vLLM; the default)
-``json_object``    ``response_format={"type": "json_object", "schema": schema}``
-                   (llama.cpp's dialect; its server answers ``json_schema`` with HTTP 500)
-``prompt``         no ``response_format``; the prompt alone asks for JSON
-=================  ==========================================================================
-
-The mode is fixed by ``structured_mode=`` or ``MOOT_OPENAI_STRUCTURED_MODE``.
-When neither is given, a structured request answered with HTTP 400/422/500/501
-is retried at once in the next mode (each mode at most once per request), and
-the first mode that works is remembered on the instance.
+has a *structured mode* (``json_schema``, ``json_object`` or ``prompt``; see
+:mod:`moot.models.structured_mode`), fixed by ``structured_mode=`` or
+``MOOT_OPENAI_STRUCTURED_MODE``. When neither is given the instance starts at
+``json_schema`` and moves down only on a response that proves the server does
+not support the mode; transient errors are retried in the same mode and leave
+no trace.
 
 CPU cost per request matters at high concurrency (a benchmark with hundreds of
 calls in flight on a small machine), and two choices keep it down:
@@ -53,10 +45,12 @@ from ..errors import (
     ModelConnectionError,
     ModelError,
     ModelHTTPError,
+    ModelResponseError,
     UsageError,
 )
 from ._sdk import SDKModel
 from .base import ModelRequest, ModelResponse, Usage, check_allow_model_requests
+from .structured_mode import ModeSelector, StructuredMode, response_format
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -70,15 +64,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-StructuredMode = Literal["json_schema", "json_object", "prompt"]
-"""How a structured request is sent; see the module docstring."""
 HttpBackend = Literal["httpx", "aiohttp"]
 """The SDK client's HTTP stack; see the module docstring."""
-
-#: Fallback order: the most precise dialect first.
-_MODES: tuple[StructuredMode, ...] = get_args(StructuredMode)
-#: Statuses a server uses to say "I do not understand this response_format".
-_FALLBACK_STATUSES = frozenset({400, 422, 500, 501})
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 """OpenAI's own endpoint; the only one that requires a real key."""
@@ -149,6 +136,9 @@ def map_openai_error(err: Exception, model: str) -> ModelError:
         )
     if isinstance(err, openai.APIConnectionError):  # APITimeoutError is a subclass
         return ModelConnectionError(f"{model}: {err}", model=model)
+    if isinstance(err, json.JSONDecodeError | openai.APIResponseValidationError):
+        # A 200 whose body was cut short or mangled (a proxy, a crashed worker): transient.
+        return ModelResponseError(f"{model}: unreadable response body: {err}", model=model)
     return ModelError(f"{model}: {type(err).__name__}: {err}", model=model)
 
 
@@ -210,13 +200,10 @@ class OpenAIModel(SDKModel):
                 raise MissingCredentialsError("openai", "OPENAI_API_KEY")
             key = _PLACEHOLDER_KEY  # local servers ignore the key, but the SDK insists on one
         self._api_key = key
-        mode = structured_mode or os.environ.get("MOOT_OPENAI_STRUCTURED_MODE") or None
-        if mode is not None and mode not in _MODES:
-            raise UsageError(f"unknown structured mode {mode!r}; choose one of {', '.join(_MODES)}")
-        self.mode_fixed = mode is not None
-        """True when the structured mode was set explicitly, which disables fallback."""
-        self.structured_mode: StructuredMode = mode or "json_schema"
-        """The mode used for the next structured request (updated by fallback)."""
+        self.modes = ModeSelector(
+            structured_mode or os.environ.get("MOOT_OPENAI_STRUCTURED_MODE") or None, self.name
+        )
+        """The endpoint's structured mode; lowered only on proof (:mod:`moot.models.structured_mode`)."""
         backend = http or os.environ.get("MOOT_OPENAI_HTTP") or "httpx"
         if backend not in get_args(HttpBackend):
             raise UsageError(f"unknown HTTP stack {backend!r}; choose httpx or aiohttp")
@@ -250,29 +237,17 @@ class OpenAIModel(SDKModel):
             ModelError: anything else the SDK raised, or an empty answer.
         """
         check_allow_model_requests()
-        if request.json_schema is None:
-            return await self._send(request, None)
-        mode = self.structured_mode
-        while True:
-            try:
-                response = await self._send(request, mode)
-            except ModelHTTPError as err:
-                nxt = _next_mode(mode)
-                if self.mode_fixed or nxt is None or err.status_code not in _FALLBACK_STATUSES:
-                    raise
-                logger.info(
-                    "%s: structured mode %s failed with HTTP %s; trying %s",
-                    self.name,
-                    mode,
-                    err.status_code,
-                    nxt,
-                )
-                mode = nxt
-                continue
-            # Remember only a mode that worked, so one transient 500 cannot degrade the
-            # instance for good if the fallback fails too.
-            self.structured_mode = mode
-            return response
+        return await self.modes.send(request, self._send)
+
+    @property
+    def structured_mode(self) -> StructuredMode:
+        """The mode of the next structured request."""
+        return self.modes.mode
+
+    @property
+    def mode_fixed(self) -> bool:
+        """True when the structured mode was set explicitly (no downgrade)."""
+        return self.modes.fixed
 
     async def _send(self, request: ModelRequest, mode: StructuredMode | None) -> ModelResponse:
         kwargs: dict[str, Any] = {
@@ -285,13 +260,10 @@ class OpenAIModel(SDKModel):
             kwargs["temperature"] = request.temperature
         if request.seed is not None:
             kwargs["seed"] = request.seed
-        if request.json_schema is not None and mode == "json_schema":
-            kwargs["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": request.schema_name, "schema": request.json_schema},
-            }
-        elif request.json_schema is not None and mode == "json_object":
-            kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
+        if request.json_schema is not None and mode is not None:
+            fmt = response_format(mode, request.json_schema, request.schema_name)
+            if fmt is not None:
+                kwargs["response_format"] = fmt
         from openai.types.chat import ChatCompletion
 
         try:
@@ -301,7 +273,7 @@ class OpenAIModel(SDKModel):
         except Exception as err:  # noqa: BLE001 - every SDK failure becomes a ModelError
             raise map_openai_error(err, self.name) from err
         if not completion.choices:
-            raise ModelError(f"{self.name}: the server returned no choices", model=self.name)
+            raise ModelResponseError(f"{self.name}: the server returned no choices", model=self.name)
         choice = completion.choices[0]
         usage = Usage(calls=1)
         if completion.usage is not None:
@@ -330,8 +302,3 @@ def _check_aiohttp() -> None:
         raise MissingDependencyError(
             "a newer openai", "aiohttp", f"openai {openai.__version__} has no DefaultAioHttpClient"
         )
-
-
-def _next_mode(mode: StructuredMode) -> StructuredMode | None:
-    index = _MODES.index(mode)
-    return _MODES[index + 1] if index + 1 < len(_MODES) else None
