@@ -23,6 +23,12 @@ def _block_model_requests(request: pytest.FixtureRequest) -> Iterator[None]:
     base.ALLOW_MODEL_REQUESTS = old
 
 
+@pytest.fixture(autouse=True)
+def _private_run_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLI runs record into a store of their own, never into ``./.moot`` of the checkout."""
+    monkeypatch.setenv("MOOT_STORE", str(tmp_path_factory.mktemp("store") / "runs.db"))
+
+
 @pytest.fixture
 def fake_provider() -> Iterator[RegisterProvider]:
     """``register(name, factory)``: a provider for this test only.

@@ -1,0 +1,53 @@
+"""Every run kept: a SQLite run store, recording, queries and comparisons.
+
+::
+
+    from moot.runs import open_store, load_result
+
+    store = open_store()                        # ./.moot/runs.db, or $MOOT_STORE
+    for run in store.list(kind="bench", limit=5):
+        print(run.id[:8], run.status, run.title, run.score)
+    result = load_result(store, "3f2a")         # any unique id prefix
+
+The CLI records every ``moot run``, ``absa``, ``absa-eval``, ``arbitrate`` and
+``bench`` here; ``moot runs`` lists, shows, exports and compares them and
+``moot view`` opens them in the browser.
+"""
+
+from __future__ import annotations
+
+from .queries import bench_records, load_result, run_turns, runs_frame, turns_frame, units_frame
+from .recording import Recording, model_info, open_store, prompts_hash, recording, redact
+from .store import (
+    DEFAULT_STORE,
+    SCHEMA_VERSION,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    StoredEvent,
+    StoredItem,
+    default_store_path,
+)
+
+__all__ = [
+    "DEFAULT_STORE",
+    "SCHEMA_VERSION",
+    "Recording",
+    "RunRecord",
+    "RunStatus",
+    "RunStore",
+    "StoredEvent",
+    "StoredItem",
+    "bench_records",
+    "default_store_path",
+    "load_result",
+    "model_info",
+    "open_store",
+    "prompts_hash",
+    "recording",
+    "redact",
+    "run_turns",
+    "runs_frame",
+    "turns_frame",
+    "units_frame",
+]

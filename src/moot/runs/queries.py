@@ -1,0 +1,147 @@
+"""Read runs back as the objects the library returns, and as data frames.
+
+::
+
+    from moot.runs import open_store, load_result, runs_frame
+
+    store = open_store()                       # ./.moot/runs.db or $MOOT_STORE
+    run = store.list(kind="run", limit=1)[0]
+    result = load_result(store, run.id)        # a DebateResult, as Debate.run returned it
+    df = runs_frame(store)                     # needs the pandas extra
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MissingDependencyError
+from ..transcript import DebateResult, Turn
+from .store import RunRecord, RunStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+__all__ = ["bench_records", "load_result", "run_turns", "runs_frame", "turns_frame", "units_frame"]
+
+
+def bench_records(store: RunStore, run_id: str) -> list[Any]:
+    """A bench run's unit records (:class:`~moot.bench.records.ItemRecord`), in the order they finished."""
+    from ..bench.records import ItemRecord
+
+    full = store.resolve_id(run_id)
+    return [ItemRecord.model_validate(i.data) for i in store.iter_items(full)]
+
+
+def load_result(store: RunStore, run_id: str) -> Any:
+    """A run's result as the same pydantic objects the API returns.
+
+    ``run``: a :class:`~moot.transcript.DebateResult`; ``absa``: a
+    :class:`~moot.absa.FinalResult` (one sentence) or a list of them (a batch);
+    ``arbitrate``: an :class:`~moot.arbitration.ArbitrationResult`; ``bench``: the
+    list of :class:`~moot.bench.records.ItemRecord`; ``absa-eval``: a dict of
+    :class:`~moot.absa.EvalScores` by config name. None when the run recorded
+    no result (interrupted before the end: read its events and items instead).
+    """
+    record = store.get(run_id)
+    if record.kind == "bench":
+        return bench_records(store, record.id)
+    if record.kind == "absa" and record.config.get("batch"):
+        from ..absa import FinalResult
+
+        return [FinalResult.model_validate(i.data["result"]) for i in store.iter_items(record.id)]
+    data = record.result
+    if data is None:
+        return None
+    if record.kind == "run":
+        return DebateResult.model_validate(data)
+    if record.kind == "absa":
+        from ..absa import FinalResult
+
+        return FinalResult.model_validate(data)
+    if record.kind == "arbitrate":
+        from ..arbitration import ArbitrationResult
+
+        return ArbitrationResult.model_validate(data)
+    if record.kind == "absa-eval":
+        from ..absa import EvalScores
+
+        return {name: EvalScores.model_validate(s) for name, s in data.items()}
+    return data
+
+
+def run_turns(store: RunStore, record: RunRecord) -> list[tuple[str, Turn]]:
+    """``(debate_id, turn)`` for every completed turn of a run, from its events (works mid-run too)."""
+    out: list[tuple[str, Turn]] = []
+    for event in store.events(record.id):
+        if event.kind in ("turn_completed", "judge_completed") and "turn" in event.data:
+            out.append((str(event.data.get("debate_id", "")), Turn.model_validate(event.data["turn"])))
+    return out
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ModuleNotFoundError:
+        raise MissingDependencyError("pandas", "pandas", "for data frames of runs") from None
+    return pandas
+
+
+def runs_frame(store: RunStore, **filters: Any) -> pandas.DataFrame:
+    """One row per run (``filters`` as for :meth:`RunStore.list`). Needs the ``pandas`` extra."""
+    pd = _pandas()
+    rows = []
+    for r in store.list(**filters):
+        rows.append(
+            {
+                "id": r.id,
+                "kind": r.kind,
+                "status": r.status,
+                "title": r.title,
+                "model": r.model,
+                "started_at": pd.to_datetime(r.started_at, unit="s"),
+                "wall_s": r.wall_s,
+                "calls": r.usage.calls,
+                "prompt_tokens": r.usage.prompt_tokens,
+                "completion_tokens": r.usage.completion_tokens,
+                "score": r.score,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def turns_frame(store: RunStore, run_id: str) -> pandas.DataFrame:
+    """One row per completed turn of a run (any kind that ran debates). Needs the ``pandas`` extra."""
+    pd = _pandas()
+    record = store.get(run_id)
+    rows = []
+    for debate_id, t in run_turns(store, record):
+        rows.append(
+            {
+                "debate_id": debate_id,
+                "round": t.round,
+                "phase": t.phase,
+                "speaker": t.speaker,
+                "stance": t.stance,
+                "ok": t.ok,
+                "text": t.text,
+                "confidence": t.get("confidence"),
+                "error": t.error,
+                "repaired": t.repaired,
+                "trimmed": t.trimmed,
+                "model": t.model,
+                "calls": t.usage.calls,
+                "tokens": t.usage.total_tokens,
+                "latency_ms": t.latency_ms,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def units_frame(store: RunStore, run_id: str) -> pandas.DataFrame:
+    """One row per bench unit (item x method) of a bench run. Needs the ``pandas`` extra."""
+    pd = _pandas()
+    rows = [
+        r.model_dump(exclude={"rounds"}) | {"tokens": r.tokens, "rounds": len(r.rounds)}
+        for r in bench_records(store, run_id)
+    ]
+    return pd.DataFrame(rows)

@@ -1,0 +1,284 @@
+"""Record a run into the store as it happens.
+
+Every CLI command wraps its work in :func:`recording`::
+
+    with recording("run", title=topic, model=spec, config=cfg, store=store) as rec:
+        result = debate.run_sync(topic, on_event=rec.on_event)
+        rec.finish(result, status="fell_back" if result.fallback else "complete")
+
+The run row is created on entry (status ``running``), each event and item is
+committed as it arrives, and the exit sets the end status: ``complete`` unless
+:meth:`Recording.finish` said otherwise, ``interrupted`` on Ctrl-C, SIGTERM or
+exit code 130, ``failed`` (with the error) on any other exception. With the
+store turned off the same object records nothing.
+
+A store that cannot be written (disk full, locked for 30 s) does not stop the
+run: one warning goes to stderr and recording stops for that run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..models.base import Model, Usage
+from ..transcript import Event
+from .store import RunStatus, RunStore, default_store_path
+
+__all__ = ["Recording", "model_info", "open_store", "prompts_hash", "recording", "redact"]
+
+_SECRET = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization|bearer|credential)", re.I)
+
+
+def _secret(key: Any, value: Any) -> bool:
+    return bool(_SECRET.search(str(key))) and value not in (None, "")
+
+
+def redact(data: Any) -> Any:
+    """A copy of ``data`` with the value of every secret-looking key (``api_key``, ``token``...) masked."""
+    if isinstance(data, Mapping):
+        return {
+            k: ("***" if _SECRET.search(str(k)) and v not in (None, "") else redact(v))
+            for k, v in data.items()
+        }
+    if isinstance(data, list | tuple):
+        return [redact(v) for v in data]
+    return data
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """The command line with the value of a ``--token``/``--api-key``-like option masked."""
+    out: list[str] = []
+    hide = False
+    for arg in argv:
+        if hide:
+            out.append("***")
+            hide = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if name.startswith("--") and _SECRET.search(name):
+            if eq:
+                out.append(f"{name}=***")
+            else:
+                out.append(arg)
+                hide = True
+            continue
+        out.append(arg)
+    return out
+
+
+@cache
+def prompts_hash() -> str:
+    """SHA-256 over the bundled prompt templates (names and contents), to tell prompt versions apart."""
+    digest = hashlib.sha256()
+    folder = resources.files("moot").joinpath("prompts")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".md"):
+            digest.update(entry.name.encode() + b"\0" + entry.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def model_info(model: Model) -> dict[str, Any]:
+    """A model's spec and endpoint, as a run records it (never its key)."""
+    info: dict[str, Any] = {"spec": model.name}
+    endpoint = getattr(model, "base_url", None)
+    if isinstance(endpoint, str) and endpoint:
+        info["endpoint"] = endpoint
+    return info
+
+
+def open_store(store: str | Path | RunStore | None = None, *, enabled: bool = True) -> RunStore | None:
+    """The store to record into: ``store``, ``$MOOT_STORE`` or ``./.moot/runs.db``; None when disabled."""
+    if not enabled:
+        return None
+    if isinstance(store, RunStore):
+        return store
+    return RunStore(default_store_path(store))
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _json(data: BaseModel | Mapping[str, Any] | Sequence[Any]) -> str:
+    if isinstance(data, BaseModel):
+        return data.model_dump_json()
+    import json
+
+    return json.dumps(data, ensure_ascii=False, default=str)
+
+
+class Recording:
+    """One run being recorded; every method is a no-op when the store is off.
+
+    Attributes:
+        run_id: the run's id, or None when nothing is recorded.
+        store: the store, or None.
+    """
+
+    def __init__(self, store: RunStore | None, run_id: str | None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.status: RunStatus | None = None
+        self._seq = 0
+
+    @property
+    def enabled(self) -> bool:
+        """True while the run is being recorded."""
+        return self.store is not None and self.run_id is not None
+
+    def _write(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        if self.store is None or self.run_id is None:
+            return
+        try:
+            fn(self.run_id, *args, **kwargs)
+        except Exception as exc:  # the run goes on; say so once, loudly
+            print(
+                f"moot: warning: cannot write the run store {self.store.path} ({exc}); "
+                "this run is no longer recorded",
+                file=sys.stderr,
+            )
+            self.store = None
+
+    def on_event(self, event: Event) -> None:
+        """A debate event callback: appends ``event`` (a completed debate's result is kept in summary)."""
+        if not self.enabled:
+            return
+        assert self.store is not None
+        self._seq += 1
+        if event.result is not None:
+            res = event.result
+            outcome = {"final_answer": res.final_answer, "fallback": res.fallback}
+            data = event.model_dump_json(exclude={"result"}, exclude_none=True)[:-1] + (
+                ',"outcome":' + _json(outcome) + "}"
+            )
+        else:
+            data = event.model_dump_json(exclude_none=True)
+        self._write(self.store.append_event, self._seq, event.kind, data, event.time or None)
+
+    def event(self, kind: str, data: BaseModel | Mapping[str, Any]) -> None:
+        """Append a non-debate event (bench progress, an ABSA sentence done...)."""
+        if not self.enabled:
+            return
+        assert self.store is not None
+        self._seq += 1
+        self._write(self.store.append_event, self._seq, kind, _json(data))
+
+    def item(
+        self, item: str, data: BaseModel | Mapping[str, Any], *, part: str = "", correct: bool | None = None
+    ) -> None:
+        """Record one item outcome (a bench unit, an ABSA sentence)."""
+        if not self.enabled:
+            return
+        assert self.store is not None
+        self._write(self.store.put_item, item, part, _json(data), correct=correct)
+
+    def update(self, **fields: Any) -> None:
+        """Change fields of the run row while it runs (``usage``, ``summary``, ``title``...)."""
+        if self.enabled:
+            assert self.store is not None
+            self._write(self.store.update, **fields)
+
+    def finish(
+        self,
+        result: BaseModel | Mapping[str, Any] | Sequence[Any] | None = None,
+        *,
+        status: RunStatus = "complete",
+        usage: Usage | None = None,
+        summary: dict[str, Any] | None = None,
+        score: float | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Store the result and the end status (the context manager stamps the end time)."""
+        self.status = status
+        if not self.enabled:
+            return
+        if usage is None:
+            found = getattr(result, "usage", None)
+            usage = found if isinstance(found, Usage) else None
+        self.update(
+            status=status,
+            usage=usage,
+            result_json=None if result is None else _json(result),
+            summary=summary,
+            score=score,
+            error=error,
+        )
+
+
+def _exit_status(exc: BaseException) -> tuple[RunStatus | None, bool]:
+    """``(status, is_exit)``: how an exception ends a run (None: a clean exit with code 0)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", False
+    code = getattr(exc, "exit_code", getattr(exc, "code", None))
+    if isinstance(exc, SystemExit) or code is not None:
+        if code in (0, None):
+            return None, True
+        return ("interrupted" if code == 130 else "failed"), True
+    return "failed", False
+
+
+@contextmanager
+def recording(
+    kind: str,
+    *,
+    title: str = "",
+    model: str = "",
+    config: Mapping[str, Any] | None = None,
+    argv: Sequence[str] | None = None,
+    store: str | Path | RunStore | None = None,
+    enabled: bool = True,
+) -> Iterator[Recording]:
+    """Record one run of ``kind`` (see the module docstring).
+
+    Args:
+        kind: ``run``, ``absa``, ``absa-eval``, ``arbitrate``, ``bench``...
+        title: the topic, sentence or task, for lists and search.
+        model: the main model spec.
+        config: the full resolved configuration; secret-looking keys are masked.
+        argv: the command line (default ``sys.argv``); secret option values are masked.
+        store: the store file or an open store (default ``$MOOT_STORE`` or ``./.moot/runs.db``).
+        enabled: False records nothing (``--no-store``).
+    """
+    opened = None if isinstance(store, RunStore) else open_store(store, enabled=enabled)
+    target = store if isinstance(store, RunStore) and enabled else opened
+    rec = Recording(None, None)
+    if target is not None:
+        cfg = redact(dict(config or {})) | {"prompts_sha256": prompts_hash()}
+        run_id = target.create_run(
+            kind,
+            title=title,
+            model=model,
+            argv=redact_argv(list(sys.argv if argv is None else argv)),
+            config=cfg,
+            moot_version=_version(),
+        )
+        rec = Recording(target, run_id)
+    try:
+        yield rec
+    except BaseException as exc:
+        status, is_exit = _exit_status(exc)
+        # An exit code after finish() keeps the status finish() chose (bench: incomplete -> exit 1).
+        if status == "interrupted" or (status == "failed" and not (is_exit and rec.status is not None)):
+            rec.status = status
+            error = "interrupted" if status == "interrupted" else f"{type(exc).__name__}: {exc}"
+            rec.update(status=status, error=error)
+        raise
+    finally:
+        if rec.status is None:
+            rec.status = "complete"
+            rec.update(status="complete")
+        rec.update(ended=True)
+        if opened is not None:
+            opened.close()

@@ -1,0 +1,506 @@
+"""The run store: every run, its events and its items in one SQLite file.
+
+Standard-library ``sqlite3`` in WAL mode: readers (``moot runs``, ``moot view``)
+never block the writer, and several writer processes share the file through
+SQLite's own locking with a busy timeout. Each event is committed as it is
+appended, so a process killed with SIGKILL loses nothing it had recorded (a
+commit in WAL mode survives the process; only an OS crash could drop the last
+ones, since ``synchronous=NORMAL`` skips the fsync per commit).
+
+Tables (schema version in ``schema_version``; :data:`MIGRATIONS` upgrades an
+older file in place, in one transaction):
+
+* ``runs``: one row per run (kind, status, times, argv, config, result...).
+* ``events``: the run's events in order (``seq`` counts from 1 per run).
+* ``items``: per-item outcomes: bench units (item x method), ABSA batch and
+  evaluation sentences; ``(item, part)`` is unique within a run.
+
+A run still marked ``running`` whose process is gone (same host, pid dead)
+reads as ``interrupted``: that is what a SIGKILL leaves behind.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..errors import UsageError
+from ..models.base import Usage
+
+__all__ = [
+    "DEFAULT_STORE",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "RunRecord",
+    "RunStatus",
+    "RunStore",
+    "StoredEvent",
+    "StoredItem",
+    "default_store_path",
+]
+
+DEFAULT_STORE = Path(".moot") / "runs.db"
+"""Where the store lives unless ``--store`` or ``MOOT_STORE`` says otherwise (relative to the cwd)."""
+
+RunStatus = Literal["running", "complete", "fell_back", "failed", "interrupted"]
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            status TEXT NOT NULL,
+            title TEXT NOT NULL DEFAULT '',
+            model TEXT NOT NULL DEFAULT '',
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            host TEXT NOT NULL DEFAULT '',
+            pid INTEGER NOT NULL DEFAULT 0,
+            argv TEXT NOT NULL DEFAULT '[]',
+            config TEXT NOT NULL DEFAULT '{}',
+            moot_version TEXT NOT NULL DEFAULT '',
+            calls INTEGER NOT NULL DEFAULT 0,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            score REAL,
+            summary TEXT NOT NULL DEFAULT '{}',
+            result TEXT,
+            error TEXT
+        )""",
+        "CREATE INDEX runs_started ON runs (started_at DESC)",
+        """CREATE TABLE events (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            time REAL NOT NULL,
+            kind TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE items (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            item TEXT NOT NULL,
+            part TEXT NOT NULL DEFAULT '',
+            seq INTEGER NOT NULL,
+            time REAL NOT NULL,
+            correct INTEGER,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, item, part)
+        )""",
+    ],
+}
+"""Schema version -> the statements that bring version ``n - 1`` to ``n``."""
+
+SCHEMA_VERSION = max(MIGRATIONS)
+
+_HOST = socket.gethostname()
+
+
+def default_store_path(store: str | Path | None = None) -> Path:
+    """The store file: ``store`` if given, else ``$MOOT_STORE``, else ``./.moot/runs.db``."""
+    if store is not None and str(store):
+        return Path(store)
+    env = os.environ.get("MOOT_STORE", "").strip()
+    return Path(env) if env else DEFAULT_STORE
+
+
+class RunRecord(BaseModel):
+    """One run as the store holds it."""
+
+    id: str
+    """Unique run id (32 hex digits; any unique prefix finds it)."""
+    kind: str
+    """``run``, ``absa``, ``absa-eval``, ``arbitrate`` or ``bench``."""
+    status: RunStatus
+    """Where the run is; ``interrupted`` also for a ``running`` run whose process is gone."""
+    title: str = ""
+    """The topic, sentence, task or input file."""
+    model: str = ""
+    """The main model spec."""
+    started_at: float
+    """Unix time."""
+    ended_at: float | None = None
+    """Unix time, once finished."""
+    host: str = ""
+    """The machine that ran it."""
+    pid: int = 0
+    """Its process id."""
+    argv: list[str] = Field(default_factory=list)
+    """The command line."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """The full resolved configuration (keys redacted)."""
+    moot_version: str = ""
+    """The moot version that ran it."""
+    usage: Usage = Field(default_factory=Usage)
+    """Calls and tokens."""
+    score: float | None = None
+    """A headline score for sorting (bench: best accuracy; absa-eval: best F1)."""
+    summary: dict[str, Any] = Field(default_factory=dict)
+    """Small figures for lists (per-method accuracy, counts...)."""
+    result: Any = None
+    """The result as JSON data (loaded only by :meth:`RunStore.get`)."""
+    error: str | None = None
+    """Why it failed or was interrupted."""
+
+    @property
+    def wall_s(self) -> float | None:
+        """Elapsed seconds, once finished."""
+        return None if self.ended_at is None else self.ended_at - self.started_at
+
+
+class StoredEvent(BaseModel):
+    """One event of a run."""
+
+    seq: int
+    time: float
+    kind: str
+    data: dict[str, Any]
+
+
+class StoredItem(BaseModel):
+    """One item outcome of a run (a bench unit, an ABSA sentence)."""
+
+    item: str
+    part: str = ""
+    seq: int
+    time: float
+    correct: bool | None = None
+    data: dict[str, Any]
+
+
+_LIST_COLUMNS = (
+    "id, kind, status, title, model, started_at, ended_at, host, pid, argv, config, moot_version, "
+    "calls, prompt_tokens, completion_tokens, score, summary, error"
+)
+
+
+def _alive(host: str, pid: int) -> bool:
+    if host != _HOST or pid <= 0:
+        return True  # another machine's run: we cannot tell, so trust its status
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunStore:
+    """A run store file; safe to share between threads of one process and between processes.
+
+    Args:
+        path: the SQLite file (its folder is created).
+        readonly: open without creating or migrating (for viewers); a missing file is an error.
+
+    Raises:
+        UsageError: the file is not a moot store, or was written by a newer moot.
+    """
+
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        if readonly and not self.path.is_file():
+            raise UsageError(f"no run store at {self.path}")
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA busy_timeout = 30000")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            if not readonly:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                self._db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate(readonly)
+        except sqlite3.DatabaseError as exc:
+            raise UsageError(f"{self.path} is not a usable run store: {exc}") from None
+
+    # -- schema -------------------------------------------------------------------------------
+    def _version(self) -> int:
+        row = self._db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        if row is None:
+            return 0
+        found = self._db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(found[0] or 0)
+
+    def _migrate(self, readonly: bool) -> None:
+        version = self._version()
+        if version > SCHEMA_VERSION:
+            raise UsageError(
+                f"{self.path} has store schema {version}; this moot reads up to {SCHEMA_VERSION}: "
+                "upgrade moot"
+            )
+        if version == SCHEMA_VERSION or readonly:
+            return
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it done
+            try:
+                self._db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+                for number in range(self._version() + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[number]:
+                        self._db.execute(statement)
+                    self._db.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the file."""
+        with self._lock:
+            return self._version()
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, params)
+
+    # -- writing ------------------------------------------------------------------------------
+    def create_run(
+        self,
+        kind: str,
+        *,
+        title: str = "",
+        model: str = "",
+        argv: Sequence[str] = (),
+        config: dict[str, Any] | None = None,
+        moot_version: str = "",
+    ) -> str:
+        """Insert a ``running`` run and return its new id."""
+        run_id = uuid.uuid4().hex
+        self._execute(
+            "INSERT INTO runs (id, kind, status, title, model, started_at, host, pid, argv, config, "
+            "moot_version) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                kind,
+                title,
+                model,
+                time.time(),
+                _HOST,
+                os.getpid(),
+                json.dumps(list(argv), ensure_ascii=False),
+                json.dumps(config or {}, ensure_ascii=False, default=str),
+                moot_version,
+            ),
+        )
+        return run_id
+
+    def append_event(self, run_id: str, seq: int, kind: str, data_json: str, at: float | None = None) -> None:
+        """Append one event (``data_json`` is a JSON object's text); committed at once."""
+        self._execute(
+            "INSERT INTO events (run_id, seq, time, kind, data) VALUES (?, ?, ?, ?, ?)",
+            (run_id, seq, time.time() if at is None else at, kind, data_json),
+        )
+
+    def put_item(
+        self, run_id: str, item: str, part: str, data_json: str, *, correct: bool | None = None
+    ) -> None:
+        """Record one item outcome (a later one for the same ``(item, part)`` replaces it)."""
+        self._execute(
+            "INSERT OR REPLACE INTO items (run_id, item, part, seq, time, correct, data) VALUES "
+            "(?, ?, ?, (SELECT COUNT(*) + 1 FROM items WHERE run_id = ?), ?, ?, ?)",
+            (run_id, item, part, run_id, time.time(), None if correct is None else int(correct), data_json),
+        )
+
+    def update(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus | None = None,
+        usage: Usage | None = None,
+        result_json: str | None = None,
+        summary: dict[str, Any] | None = None,
+        score: float | None = None,
+        error: str | None = None,
+        ended: bool = False,
+        title: str | None = None,
+    ) -> None:
+        """Change fields of a run; only the arguments given are written."""
+        sets: list[str] = []
+        params: list[Any] = []
+        fields: dict[str, Any] = {"status": status, "result": result_json, "score": score, "error": error}
+        fields["title"] = title
+        if summary is not None:
+            fields["summary"] = json.dumps(summary, ensure_ascii=False, default=str)
+        if usage is not None:
+            fields |= {
+                "calls": usage.calls,
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+            }
+        if ended:
+            fields["ended_at"] = time.time()
+        for name, value in fields.items():
+            if value is not None:
+                sets.append(f"{name} = ?")
+                params.append(value)
+        if sets:
+            self._execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", (*params, run_id))
+
+    def delete(self, run_id: str) -> str:
+        """Delete a run with its events and items; returns the full id.
+
+        Raises:
+            UsageError: no such run, or an ambiguous prefix.
+        """
+        full = self.resolve_id(run_id)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("events", "items"):
+                    self._db.execute(f"DELETE FROM {table} WHERE run_id = ?", (full,))
+                self._db.execute("DELETE FROM runs WHERE id = ?", (full,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return full
+
+    # -- reading ------------------------------------------------------------------------------
+    def resolve_id(self, run_id: str) -> str:
+        """The full id of the run ``run_id`` names (the id or a unique prefix of at least 4 digits).
+
+        Raises:
+            UsageError: no such run, or the prefix names several.
+        """
+        text = run_id.strip().lower()
+        if len(text) < 4 or any(c not in "0123456789abcdef" for c in text):
+            raise UsageError(f"no run {run_id!r} in {self.path} (ids are hex; give at least 4 digits)")
+        rows = self._execute("SELECT id FROM runs WHERE id >= ? AND id < ? LIMIT 2", (text, text + "g"))
+        found = [r[0] for r in rows.fetchall()]
+        if not found:
+            raise UsageError(f"no run {run_id!r} in {self.path}")
+        if len(found) > 1:
+            raise UsageError(f"run id prefix {run_id!r} is ambiguous in {self.path}; give more digits")
+        return str(found[0])
+
+    @staticmethod
+    def _record(row: sqlite3.Row | tuple[Any, ...], with_result: bool) -> RunRecord:
+        (rid, kind, status, title, model, started, ended, host, pid, argv, config, version) = row[:12]
+        calls, prompt, completion, score, summary, error = row[12:18]
+        if status == "running" and not _alive(host, pid):
+            status, error = "interrupted", error or "the process ended without finishing the run"
+        return RunRecord(
+            id=rid,
+            kind=kind,
+            status=status,
+            title=title,
+            model=model,
+            started_at=started,
+            ended_at=ended,
+            host=host,
+            pid=pid,
+            argv=json.loads(argv),
+            config=json.loads(config),
+            moot_version=version,
+            usage=Usage(calls=calls, prompt_tokens=prompt, completion_tokens=completion),
+            score=score,
+            summary=json.loads(summary),
+            result=json.loads(row[18]) if with_result and row[18] is not None else None,
+            error=error,
+        )
+
+    def get(self, run_id: str) -> RunRecord:
+        """One run, with its result.
+
+        Raises:
+            UsageError: no such run, or an ambiguous prefix.
+        """
+        full = self.resolve_id(run_id)
+        row = self._execute(f"SELECT {_LIST_COLUMNS}, result FROM runs WHERE id = ?", (full,)).fetchone()
+        return self._record(row, True)
+
+    def list(
+        self,
+        *,
+        kind: str | None = None,
+        status: str | None = None,
+        model: str | None = None,
+        search: str | None = None,
+        limit: int | None = None,
+        sort: Literal["time", "cost", "score"] = "time",
+    ) -> builtins.list[RunRecord]:
+        """Runs, newest first (or by cost or score, highest first), without their results.
+
+        ``model`` and ``search`` match substrings (of the model spec, of the title).
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("kind", kind), ("model", model), ("title", search)):
+            if value:
+                if column == "kind":
+                    where.append("kind = ?")
+                    params.append(value)
+                else:
+                    where.append(f"instr(lower({column}), ?) > 0")
+                    params.append(value.lower())
+        order = {
+            "time": "started_at DESC",
+            "cost": "(prompt_tokens + completion_tokens) DESC, started_at DESC",
+            "score": "score IS NULL, score DESC, started_at DESC",
+        }[sort]
+        sql = f"SELECT {_LIST_COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY {order}"
+        rows = self._execute(sql, params).fetchall()
+        runs = [self._record(row, False) for row in rows]
+        if status:  # after the liveness check, so `--status interrupted` finds killed runs
+            runs = [r for r in runs if r.status == status]
+        return runs[:limit] if limit is not None else runs
+
+    def events(self, run_id: str, *, after: int = 0) -> builtins.list[StoredEvent]:
+        """The run's events with ``seq > after``, in order."""
+        rows = self._execute(
+            "SELECT seq, time, kind, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
+            (run_id, after),
+        ).fetchall()
+        return [StoredEvent(seq=s, time=t, kind=k, data=json.loads(d)) for s, t, k, d in rows]
+
+    def iter_items(self, run_id: str) -> Iterator[StoredItem]:
+        """The run's items in the order they were first recorded."""
+        rows = self._execute(
+            "SELECT item, part, seq, time, correct, data FROM items WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        for item, part, seq, at, correct, data in rows:
+            yield StoredItem(
+                item=item,
+                part=part,
+                seq=seq,
+                time=at,
+                correct=None if correct is None else bool(correct),
+                data=json.loads(data),
+            )
+
+    def counts(self, run_id: str) -> tuple[int, int]:
+        """``(events, items)`` recorded so far (cheap; live pages poll it)."""
+        ev = self._execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?", (run_id,)).fetchone()
+        it = self._execute("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()
+        return int(ev[0]), int(it[0])

@@ -1,0 +1,239 @@
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from moot import Debate
+from moot.errors import UsageError
+from moot.models import ModelRequest
+from moot.models.testing import FunctionModel
+from moot.runs import SCHEMA_VERSION, RunStore, load_result, recording, redact
+from moot.runs.recording import redact_argv
+from moot.transcript import DebateResult
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _answer_model(delay: float = 0.0) -> FunctionModel:
+    def reply(req: ModelRequest) -> dict[str, object]:
+        meta = req.metadata
+        if meta["phase"] == "judge":
+            return {"final_answer": "merged", "citations": []}
+        return {"answer": f"{meta['speaker']} says r{meta['round']}", "confidence": 0.7}
+
+    return FunctionModel(reply, delay=delay, name="test:answers")
+
+
+def test_new_store_is_wal_with_current_schema(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "runs.db"
+    with RunStore(path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+
+
+def test_migration_from_an_empty_file_and_refusal_of_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    sqlite3.connect(path).close()  # a version-0 file: no tables at all
+    with RunStore(path) as store:
+        rid = store.create_run("run", title="t")
+        assert store.get(rid).title == "t"
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION + 1,))
+    db.commit()
+    db.close()
+    with pytest.raises(UsageError, match="upgrade moot"):
+        RunStore(path)
+
+
+def test_not_a_store_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "runs.db"
+    bad.write_text("this is not sqlite " * 100)
+    with pytest.raises(UsageError, match="not a usable run store"):
+        RunStore(bad)
+    with pytest.raises(UsageError, match="no run store"):
+        RunStore(tmp_path / "missing.db", readonly=True)
+
+
+def test_recorded_debate_loads_back_as_the_same_result(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    debate = Debate("answer", model=_answer_model())
+    with recording("run", title="Why?", model="test:answers", store=store, argv=["moot", "run"]) as rec:
+        result = debate.run_sync("Why?", on_event=rec.on_event)
+        rec.finish(result)
+    run = store.get(rec.run_id or "")
+    assert run.status == "complete" and run.ended_at is not None and run.usage.calls == result.usage.calls
+    assert run.config["prompts_sha256"] and run.moot_version
+    assert load_result(store, run.id[:6]) == result
+    kinds = [e.kind for e in store.events(run.id)]
+    assert kinds[0] == "debate_started" and kinds[-1] == "debate_completed"
+    assert kinds.count("turn_completed") == 4 and kinds.count("judge_completed") == 1
+    last = store.events(run.id)[-1].data
+    assert last["outcome"] == {"final_answer": "merged", "fallback": None} and "result" not in last
+
+
+def test_exceptions_set_failed_or_interrupted(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    with pytest.raises(ValueError), recording("run", store=store) as failed:
+        raise ValueError("boom")
+    with pytest.raises(KeyboardInterrupt), recording("run", store=store) as stopped:
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit), recording("bench", store=store) as partial:
+        partial.finish(status="fell_back")
+        raise SystemExit(1)  # an exit code after finish() keeps finish()'s status
+    assert store.get(failed.run_id or "").status == "failed"
+    assert "ValueError: boom" in (store.get(failed.run_id or "").error or "")
+    assert store.get(stopped.run_id or "").status == "interrupted"
+    assert store.get(partial.run_id or "").status == "fell_back"
+
+
+def test_disabled_store_records_nothing(tmp_path: Path) -> None:
+    with recording("run", store=tmp_path / "runs.db", enabled=False) as rec:
+        rec.event("x", {"a": 1})
+        rec.finish({"a": 1})
+    assert rec.run_id is None and not (tmp_path / "runs.db").exists()
+
+
+def test_keys_are_never_stored(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    cfg = {"model": {"spec": "openai:x", "api_key": "sk-secret"}, "headers": [{"Authorization": "Bearer s"}]}
+    argv = ["moot", "view", "--token", "hunter2", "--api-key=sk-2"]
+    with recording("run", config=cfg, argv=argv, store=store) as rec:
+        pass
+    run = store.get(rec.run_id or "")
+    text = json.dumps(run.model_dump(mode="json"))
+    assert "sk-secret" not in text and "hunter2" not in text and "sk-2" not in text and "Bearer s" not in text
+    assert run.config["model"] == {"spec": "openai:x", "api_key": "***"}
+    assert redact_argv(argv) == ["moot", "view", "--token", "***", "--api-key=***"]
+    assert redact({"token": None}) == {"token": None}
+
+
+def test_list_filters_sorts_and_prefixes(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    a = store.create_run("run", title="Is tea good?", model="openai:a")
+    b = store.create_run("bench", title="arithmetic", model="local")
+    store.update(b, score=0.5, status="complete")
+    store.update(a, score=0.9)
+    assert [r.id for r in store.list()] == [b, a]
+    assert [r.id for r in store.list(kind="run")] == [a]
+    assert [r.id for r in store.list(model="OPENAI")] == [a]
+    assert [r.id for r in store.list(search="tea")] == [a]
+    assert [r.id for r in store.list(status="complete")] == [b]
+    assert [r.id for r in store.list(sort="score")] == [a, b]
+    assert store.resolve_id(a[:8]) == a
+    with pytest.raises(UsageError, match="no run"):
+        store.get("ffff0000")
+    assert store.delete(a[:6]) == a and [r.id for r in store.list()] == [b]
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from moot import Debate
+    from moot.models.testing import FunctionModel
+    from moot.runs import RunStore, recording
+
+    def reply(req):
+        return {"message": f"{req.metadata['speaker']} r{req.metadata['round']}", "key_points": []}
+
+    store = RunStore(sys.argv[1])
+    model = FunctionModel(reply, delay=0.05, name="test:slow")
+    debate = Debate("panel", model=model, overrides={"rounds": 50})
+
+    def on_event(event):
+        rec.on_event(event)
+        if event.kind == "turn_completed":
+            print("turn", flush=True)  # printed only after the event is committed
+
+    with recording("run", title="killed", store=store) as rec:
+        print(rec.run_id, flush=True)
+        debate.run_sync("Will it survive?", on_event=on_event)
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def test_sigkilled_writer_leaves_an_interrupted_run_with_every_committed_turn(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True, env=_env()
+    )
+    assert proc.stdout is not None
+    run_id = proc.stdout.readline().strip()
+    seen = 0
+    while seen < 5:
+        line = proc.stdout.readline()
+        assert line, "the writer ended early"
+        seen += line.startswith("turn")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    with RunStore(path) as store:
+        run = store.get(run_id)
+        assert run.status == "interrupted" and run.ended_at is None
+        turns = [e for e in store.events(run_id) if e.kind == "turn_completed"]
+        assert len(turns) >= seen
+        seqs = [e.seq for e in store.events(run_id)]
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert [r.id for r in store.list(status="interrupted")] == [run_id]
+        store.create_run("run")  # and the file takes new runs
+
+
+_CONCURRENT = textwrap.dedent(
+    """
+    import sys
+    from moot.runs import RunStore
+    store = RunStore(sys.argv[1])
+    rid = store.create_run("bench", title=sys.argv[2])
+    for i in range(300):
+        store.append_event(rid, i + 1, "tick", '{"i": %d}' % i)
+        store.put_item(rid, str(i), "m", '{"i": %d}' % i, correct=i % 2 == 0)
+    store.update(rid, status="complete", ended=True)
+    """
+)
+
+
+def test_concurrent_writer_processes_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    RunStore(path).close()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _CONCURRENT, str(path), f"w{i}"], env=_env())
+        for i in range(4)
+    ]
+    deadline = time.time() + 120
+    for p in procs:
+        assert p.wait(timeout=max(1, deadline - time.time())) == 0
+    with RunStore(path) as store:
+        runs = store.list()
+        assert sorted(r.title for r in runs) == ["w0", "w1", "w2", "w3"]
+        for r in runs:
+            assert r.status == "complete"
+            assert store.counts(r.id) == (300, 300)
+            assert sum(1 for i in store.iter_items(r.id) if i.correct) == 150
+
+
+def test_debate_result_from_events_matches_when_result_is_missing(tmp_path: Path) -> None:
+    # A run interrupted before its end has no result, but its turns are readable from the events.
+    from moot.runs import run_turns
+
+    store = RunStore(tmp_path / "runs.db")
+    with recording("run", store=store) as rec:
+        result = Debate("answer", model=_answer_model()).run_sync("Q?", on_event=rec.on_event)
+    record = store.get(rec.run_id or "")
+    assert record.result is None and load_result(store, record.id) is None
+    turns = [t for _, t in run_turns(store, record)]
+    assert turns == result.turns(include_judge=True)
+    assert isinstance(result, DebateResult)
