@@ -66,11 +66,101 @@ pipeline:
     assert proto.personas["tan"].role == "Target–Aspect Normalizer"  # merged from the preset
 
 
-def test_conditions_yaml_max_rounds_and_metadata() -> None:
+def test_conditions_yaml_max_rounds_is_metadata_and_warned(caplog: pytest.LogCaptureFixture) -> None:
     proto = load_protocol(
         "patch", {"pipeline": {"debate": {"enabled": True, "max_rounds": 3, "injection": {"strategy": "x"}}}}
     )
-    assert proto.rounds == 3
+    assert proto.rounds == 1 and proto.enabled  # seed 003: rounds (default 1) decides, max_rounds is meta
+    warnings = [r.getMessage() for r in caplog.records if r.name == "moot"]
+    assert warnings == [
+        "overrides: pipeline.debate.max_rounds has no effect"
+        " (seed 003 metadata; the round count is `rounds`)",
+        "overrides: pipeline.debate.injection has no effect (memory injection is not implemented)",
+    ]
+
+
+SEED_003_OVERRIDE = """
+pipeline:
+  debate:
+    rounds: 1
+    order: ["epm", "tan", "cj"]
+    personas:
+      epm:
+        name: "EPM"
+        role: "Evidence–Polarity Mapper"
+        goal: "Determine polarity only when supported by explicit textual evidence"
+        stance: ""
+        style: ""
+      tan:
+        name: "TAN"
+        role: "Target–Aspect Normalizer"
+        goal: "Resolve null, duplicate, or misaligned aspect targets"
+        stance: ""
+        style: ""
+      cj:
+        name: "CJ"
+        role: "Consistency Judge"
+        goal: "Produce a single, consistent set of aspect–polarity tuples"
+        stance: ""
+        style: ""
+"""
+
+
+@pytest.mark.parametrize("mode", ["", "mode: patch\n", "pipeline_mode"])
+def test_seed_003_override_example_is_the_patch_debate(tmp_path: Path, mode: str) -> None:
+    text = SEED_003_OVERRIDE
+    if mode == "pipeline_mode":
+        text = text.replace("pipeline:\n", "pipeline:\n  mode: patch\n")
+    else:
+        text = mode + text
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(text, encoding="utf-8")
+    proto = load_protocol(cfg)
+    assert (proto.name, proto.rounds, proto.speakers(), proto.turn_output) == (
+        "patch",
+        1,
+        ["epm", "tan", "cj"],
+        "patch",
+    )
+    assert proto.judge is not None and proto.judge.output == "patch_judgement"
+
+
+def test_mode_contradicting_personas_names_both(tmp_path: Path) -> None:
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text("mode: persona\n" + SEED_003_OVERRIDE, encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_protocol(cfg)
+    assert str(err.value) == (
+        "mode 'persona' contradicts the personas cj, epm, tan, which belong to mode 'patch' "
+        "(preset 'patch'); fix the mode or the personas"
+    )
+    assert err.value.key == "mode"
+
+
+def test_enabled_false_is_kept_and_unknown_keys_fail(tmp_path: Path) -> None:
+    assert not load_protocol({"pipeline": {"debate": {"enabled": False}}, "mode": "patch"}).enabled
+    assert not load_protocol({"enable_debate": False, "debate": {}, "mode": "persona"}).enabled
+    with pytest.raises(ConfigError) as err:
+        load_protocol({"pipeline": {"debate": {"order": ["epm"], "speakerz": 1}}})
+    assert err.value.key == "speakerz" and "speakerz" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_protocol({"pipeline": {"debate": {}}, "mode": "patch", "colour": 1})
+    assert err.value.key == "colour"
+
+
+def test_extends_cycle_is_a_clear_error(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(f"extends: {b}\n")
+    b.write_text(f"extends: {a}\n")
+    with pytest.raises(ConfigError, match="extends: cycle") as err:
+        load_protocol(a)
+    assert err.value.key == "extends"
+
+
+def test_answer_allows_at_most_three_rounds() -> None:
+    assert load_protocol("answer", {"rounds": 3}).rounds == 3
+    with pytest.raises(ConfigError, match="rounds 4 exceeds the limit of 3 rounds for 'answer'"):
+        load_protocol("answer", {"rounds": 4})
 
 
 def test_dict_protocol_and_extends() -> None:

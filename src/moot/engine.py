@@ -85,13 +85,14 @@ class Debate:
             context: shared context (dict, list, pydantic model or text), shown as JSON.
             initial_answer: the caller's answer to fall back on (seed 000); without it the
                 fallback is the best answer the debate produced so far.
-            debate_mode: False skips the debate and returns ``initial_answer`` unchanged.
+            debate_mode: False skips the debate and returns ``initial_answer`` unchanged
+                (so does a protocol with ``enabled: false``).
             on_event: called with every Event.
 
         Raises:
             UsageError: empty topic, or a model spec that cannot be resolved.
         """
-        if not debate_mode:
+        if not debate_mode or not self.protocol.enabled:
             return await self.start(
                 topic, initial_answer=initial_answer, on_event=on_event, resolve=False
             ).skip()

@@ -5,6 +5,21 @@ also accepts the seeds' own shape, where the debate settings sit under
 ``pipeline.debate`` (``rounds``, ``order``, ``personas``). Unknown keys and
 unknown persona keys are rejected with an error that names them.
 
+Seed shapes (``pipeline.debate`` or ``debate``) are read by one function,
+:func:`load_debate_block`, for ``moot run`` and the ABSA pipeline alike:
+
+- the preset is the config's ``extends:``, else the one its ``mode:`` names
+  (``persona`` -> ``panel``, ``patch`` -> ``patch``), else the preset whose
+  personas the block's ``order``/``personas`` keys all belong to (so seed 003's
+  EPM/TAN/CJ block runs the ``patch`` debate with or without ``mode:``); a
+  ``mode:`` whose preset does not know the block's personas while another
+  preset does is an error naming both;
+- ``enabled: false`` skips the debate (no model call; the initial answer is
+  the result);
+- keys the seeds define and moot does not use (``max_rounds``, seed 003's
+  metadata, and ``injection``) are accepted with a one-line warning on the
+  ``moot`` logger; the round count is ``rounds`` (the preset's when absent).
+
 The ``order`` list may contain lists: ``[[pro, con, advocate, critic], refiner]``
 runs the four first concurrently, then the refiner with their turns in view.
 With ``turn_mode: simultaneous`` every speaker of a round forms one concurrent
@@ -15,6 +30,8 @@ turns before it.
 from __future__ import annotations
 
 import importlib.resources
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,13 +46,19 @@ from .transcript import Persona
 __all__ = [
     "Budget",
     "EarlyStop",
+    "MODE_PRESETS",
+    "SEED_UNUSED_KEYS",
+    "DebateBlock",
     "JudgeSpec",
     "Protocol",
+    "load_debate_block",
     "load_protocol",
     "preset_names",
     "read_yaml_file",
     "presets",
 ]
+
+_log = logging.getLogger("moot")
 
 Visibility = Literal["all", "previous_round", "ring", "none"]
 Aggregation = Literal["judge", "majority", "confidence_weighted", "evidence_based", "majority_vote", "none"]
@@ -86,6 +109,9 @@ class Protocol(_Strict):
 
     name: str = "custom"
     """Identifier shown in results."""
+    enabled: bool = True
+    """False skips the debate: no model is called and the result is the initial answer
+    (seed 003's ``pipeline.debate.enabled``, seed 000's ``debate_mode`` feature flag)."""
     description: str = ""
     """One line for ``moot protocols``."""
     personas: dict[str, Persona]
@@ -94,6 +120,8 @@ class Protocol(_Strict):
     """Speakers per round; a nested list is a concurrent group."""
     rounds: int = Field(2, ge=1, le=50)
     """Number of rounds (the maximum when an early-stop rule is set)."""
+    rounds_limit: int | None = Field(None, ge=1)
+    """The most rounds the design allows (seed 000: 3); asking for more is a usage error."""
     turn_mode: Literal["sequential", "simultaneous"] = "sequential"
     """How plain (non-nested) ``order`` entries run."""
     visibility: Visibility = "all"
@@ -136,6 +164,10 @@ class Protocol(_Strict):
 
     @model_validator(mode="after")
     def _check_refs(self) -> Protocol:
+        if self.rounds_limit is not None and self.rounds > self.rounds_limit:
+            raise ValueError(
+                f"rounds {self.rounds} exceeds the limit of {self.rounds_limit} rounds for {self.name!r}"
+            )
         for key, persona in self.personas.items():
             if not persona.key:
                 persona.key = key
@@ -213,20 +245,127 @@ def read_yaml_file(path: str | Path) -> dict[str, Any]:
     return _read_yaml(path.read_text(encoding="utf-8"), str(path))
 
 
-def _unwrap_seed_shape(data: dict[str, Any]) -> dict[str, Any]:
-    """Accept ``{pipeline: {debate: {...}}}`` and ``{debate: {...}}`` (the seeds' shapes)."""
-    if "pipeline" in data and isinstance(data["pipeline"], dict) and "debate" in data["pipeline"]:
-        data = data["pipeline"]["debate"]
-    elif set(data) == {"debate"} and isinstance(data["debate"], dict):
-        data = data["debate"]
-    data = dict(data)
-    # Seed 003's conditions YAML carries metadata the engine does not use; rounds win over max_rounds.
-    if "max_rounds" in data:
-        max_rounds = data.pop("max_rounds")
-        data.setdefault("rounds", max_rounds)
-    data.pop("enabled", None)
-    data.pop("injection", None)
-    return data
+MODE_PRESETS = {"persona": "panel", "patch": "patch"}
+"""An ABSA config's ``mode:`` -> the preset that runs its debate."""
+
+SEED_UNUSED_KEYS = {
+    "max_rounds": "seed 003 metadata; the round count is `rounds`",
+    "injection": "memory injection is not implemented",
+}
+"""Keys a seed's debate block defines that moot accepts without acting on them, and why."""
+
+_ABSA_ONLY_KEYS = frozenset(
+    {"enable_debate_override", "debate_override", "moderator", "max_tokens", "run_stage2"}
+)
+
+
+@dataclass(frozen=True)
+class DebateBlock:
+    """A seed-shaped debate block, read by :func:`load_debate_block`."""
+
+    data: dict[str, Any]
+    """Protocol fields, with ``extends`` set to the preset when one was decided."""
+    preset: str | None
+    """The preset the block extends (explicit, from ``mode``, or inferred from its personas)."""
+    ignored: tuple[str, ...]
+    """Seed keys accepted without effect (each logged once as a warning)."""
+
+
+def _block_persona_keys(block: dict[str, Any]) -> set[str]:
+    keys = set(block["personas"]) if isinstance(block.get("personas"), dict) else set()
+    order = block.get("order")
+    for item in order if isinstance(order, list) else []:
+        if isinstance(item, list):
+            keys.update(str(k) for k in item)
+        else:
+            keys.add(str(item))
+    return keys
+
+
+def _preset_for(block: dict[str, Any], mode: Any) -> str | None:
+    if mode is not None and mode not in MODE_PRESETS:
+        raise ConfigError(f"unknown mode {mode!r}; known: {', '.join(MODE_PRESETS)}", key="mode")
+    keys = _block_persona_keys(block)
+    owners = [m for m, preset in MODE_PRESETS.items() if keys and keys <= set(load_protocol(preset).personas)]
+    if mode is None:
+        return MODE_PRESETS[owners[0]] if len(owners) == 1 else None
+    if owners and mode not in owners:
+        raise ConfigError(
+            f"mode {mode!r} contradicts the personas {', '.join(sorted(keys))}, which belong to mode "
+            f"{owners[0]!r} (preset {MODE_PRESETS[owners[0]]!r}); fix the mode or the personas",
+            key="mode",
+        )
+    return MODE_PRESETS[mode]
+
+
+def load_debate_block(
+    block: dict[str, Any],
+    *,
+    mode: Any = None,
+    where: str = "pipeline.debate",
+    source: str = "config",
+    infer: bool = True,
+) -> DebateBlock:
+    """Read a seed-shaped debate block (see the module docstring): the one reader of that shape.
+
+    Args:
+        block: the mapping under ``pipeline.debate`` (or ``debate``).
+        mode: the config's ``mode:`` (``persona`` or ``patch``), if it has one.
+        where: the block's dotted path, for messages.
+        source: the file or label the block came from, for messages.
+        infer: decide the preset (False for overrides merged onto a chosen preset).
+
+    Raises:
+        ConfigError: unknown mode, or a mode contradicting the block's personas.
+    """
+    data = dict(block)
+    ignored = []
+    for key, why in SEED_UNUSED_KEYS.items():
+        if key in data:
+            data.pop(key)
+            ignored.append(key)
+            _log.warning("%s: %s.%s has no effect (%s)", source, where, key, why)
+    preset = data.get("extends")
+    if not infer:
+        pass
+    elif preset is None:
+        preset = _preset_for(data, mode)
+        if preset is not None:
+            data["extends"] = preset
+    elif mode is not None and MODE_PRESETS.get(str(mode)) != preset:
+        raise ConfigError(f"mode {mode!r} contradicts extends: {preset}", key="mode")
+    return DebateBlock(data=data, preset=None if preset is None else str(preset), ignored=tuple(ignored))
+
+
+def _unwrap_seed_shape(data: dict[str, Any], source: str, *, infer: bool = True) -> dict[str, Any]:
+    """Protocol data from the seeds' shapes ``{pipeline: {debate: ...}}`` and ``{debate: ...}``."""
+    if "pipeline" not in data and "debate" not in data:
+        return data
+    top = {k: v for k, v in data.items() if k != "pipeline"}
+    pipeline = data.get("pipeline") or {}
+    if not isinstance(pipeline, dict):
+        raise ConfigError(f"'pipeline' must be a mapping in {source}", key="pipeline")
+    for key, value in pipeline.items():
+        if key in top:
+            raise ConfigError(f"{key!r} is set both at the top level and under 'pipeline'", key=key)
+        top[key] = value
+    where = "pipeline.debate" if "pipeline" in data else "debate"
+    block = top.pop("debate", None) or {}
+    if not isinstance(block, dict):
+        raise ConfigError(f"{where!r} must be a mapping in {source}", key=where)
+    mode = top.pop("mode", None)
+    enable = top.pop("enable_debate", None)
+    for key in ("name", "description"):
+        if key in top:
+            block.setdefault(key, top.pop(key))
+    for key in sorted(top):
+        if key not in _ABSA_ONLY_KEYS:
+            raise ConfigError(f"unknown key {key!r} in {source}", key=key)
+        _log.warning("%s: %s has no effect here (it applies to `moot absa`)", source, key)
+    out = load_debate_block(block, mode=mode, where=where, source=source, infer=infer).data
+    if enable is not None:
+        out.setdefault("enabled", enable)  # as in the ABSA pipeline, the block's own `enabled` wins
+    return out
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -260,15 +399,19 @@ def _config_error(exc: ValidationError, source: str) -> ConfigError:
 def load_protocol(
     spec: str | Path | dict[str, Any] | Protocol,
     overrides: dict[str, Any] | None = None,
+    *,
+    _seen: tuple[str, ...] = (),
 ) -> Protocol:
     """Load a protocol from a preset name, a YAML path, a dict, or pass one through.
 
-    A dict or file may name a preset to start from with ``extends: NAME``;
-    ``overrides`` are merged on top (persona fields merge per persona).
+    A dict or file may name a preset (or another file) to start from with
+    ``extends: NAME``; ``overrides`` are merged on top (persona fields merge
+    per persona). Both may be in the seeds' shapes (module docstring).
 
     Raises:
         ConfigError: unknown preset, unreadable or malformed file, unknown key
-            or persona, or an invalid value; the message names the culprit.
+            or persona, an ``extends:`` cycle, or an invalid value; the message
+            names the culprit.
     """
     if isinstance(spec, Protocol):
         if not overrides:
@@ -276,13 +419,19 @@ def load_protocol(
         return load_protocol(spec.model_dump(exclude_unset=False), overrides)
     source = "protocol"
     if isinstance(spec, dict):
-        data = _unwrap_seed_shape(spec)
+        data = _unwrap_seed_shape(spec, source)
     else:
         text_spec = str(spec)
         path = Path(text_spec)
-        if text_spec.endswith((".yaml", ".yml")) or path.is_file():
+        is_file = text_spec.endswith((".yaml", ".yml")) or path.is_file()
+        ident = str(path.resolve()) if is_file else text_spec
+        if ident in _seen:
+            chain = " -> ".join((*_seen, ident))
+            raise ConfigError(f"extends: cycle: {chain}", key="extends")
+        _seen = (*_seen, ident)
+        if is_file:
             source = text_spec
-            data = _unwrap_seed_shape(read_yaml_file(path))
+            data = _unwrap_seed_shape(read_yaml_file(path), source)
         else:
             entry = _preset_dir().joinpath(f"{text_spec}.yaml")
             if not entry.is_file():
@@ -294,9 +443,9 @@ def load_protocol(
             data.setdefault("name", text_spec)
     base = data.pop("extends", None)
     if base is not None:
-        data = _merge(load_protocol(str(base)).model_dump(exclude_unset=False), data)
+        data = _merge(load_protocol(str(base), _seen=_seen).model_dump(exclude_unset=False), data)
     if overrides:
-        data = _merge(data, _unwrap_seed_shape(overrides))
+        data = _merge(data, _unwrap_seed_shape(overrides, "overrides", infer=False))
     try:
         return Protocol.model_validate(data)
     except ValidationError as exc:

@@ -21,7 +21,7 @@ def test_pipeline_on_embedded_model() -> None:
     cfg = load_config(
         {
             "max_tokens": 64,
-            "debate": {"rounds": 1, "protocol_overrides": {"max_tokens_per_turn": 64}},
+            "debate": {"rounds": 1, "max_tokens_per_turn": 64},
         }
     )
     sentence = "The battery lasts all day but the screen is dim."

@@ -64,11 +64,23 @@ def test_seed_003_shape(tmp_path: Path) -> None:
     p.write_text(SEED_003, encoding="utf-8")
     cfg = load_config(p)
     assert cfg.name == "cond" and cfg.mode == "patch" and cfg.debate_on
-    assert cfg.debate.max_rounds == 3 and cfg.rounds == 1  # max_rounds is meta only, as in the seed
-    assert cfg.debate.injection is not None and cfg.debate.injection["trigger"] == "deadlock_obs2of4"
-    over = cfg.protocol_overrides()
-    assert over["rounds"] == 1 and over["order"] == ["epm", "tan", "cj"]
-    assert over["personas"]["epm"]["stance"] == ""
+    assert cfg.rounds == 1  # max_rounds is meta only, as in the seed
+    proto = cfg.protocol()
+    assert (proto.name, proto.rounds, proto.speakers()) == ("patch", 1, ["epm", "tan", "cj"])
+    assert proto.personas["epm"].stance is None and proto.personas["epm"].role == "Evidence–Polarity Mapper"
+
+
+def test_seed_003_block_without_mode_is_patch_mode() -> None:
+    block = {"order": ["epm", "tan", "cj"], "personas": {"cj": {"name": "CJ", "stance": ""}}}
+    cfg = load_config({"pipeline": {"debate": block}})
+    assert (cfg.mode, cfg.preset, cfg.protocol().turn_output) == ("patch", "patch", "patch")
+    assert load_config({"debate": {"max_rounds": 3}, "mode": "patch"}).rounds == 1
+
+
+def test_mode_contradicting_personas_is_an_error() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config({"mode": "persona", "pipeline": {"debate": {"order": ["epm", "tan", "cj"]}}})
+    assert err.value.key == "mode" and "'persona'" in str(err.value) and "'patch'" in str(err.value)
 
 
 def test_seed_001_flat_shape() -> None:
@@ -86,7 +98,7 @@ def test_seed_001_flat_shape() -> None:
     )
     assert (cfg.rounds, cfg.order) == (3, ["critic", "empath"])
     assert cfg.thresholds().min_total == 2.0
-    assert cfg.protocol_overrides()["personas"] == {"critic": {"style": "blunt"}}
+    assert cfg.protocol().personas["critic"].style == "blunt" and cfg.mode == "persona"
 
 
 def test_debate_enabled_false_wins() -> None:

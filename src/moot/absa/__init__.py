@@ -17,7 +17,6 @@ from __future__ import annotations
 from .config import (
     SHIPPED_CONFIGS,
     AbsaConfig,
-    DebateSettings,
     ModeratorThresholds,
     OverrideThresholds,
     ablations,
@@ -55,7 +54,6 @@ __all__ = [
     "AspectSentiment",
     "BatchMetrics",
     "Correction",
-    "DebateSettings",
     "EvalScores",
     "FinalResult",
     "GoldAspect",

@@ -11,12 +11,18 @@ Accepted shapes (all may be mixed; unknown keys are a ``ConfigError`` naming the
     # seed 003 (experiment / conditions YAML)
     pipeline:
       debate:
-        enabled: true          # same as enable_debate
-        max_rounds: 3          # meta information only; rounds decides (as in the seed)
+        enabled: true          # same as enable_debate (wins over it when both are set)
+        max_rounds: 3          # meta information only; rounds decides (as in the seed); warned
         rounds: 1
         order: [epm, tan, cj]
-        injection: {...}       # kept, unused
+        injection: {...}       # accepted, no effect yet; warned
         personas: {epm: {name: EPM, role: ..., goal: ..., stance: "", style: ""}}
+
+The debate block is read by :func:`moot.protocol.load_debate_block`, the same
+reader ``moot run --config`` uses: the mode comes from ``mode:`` when given,
+else from the block's personas (EPM/TAN/CJ -> patch), else ``persona``; a mode
+contradicting the personas is an error naming both. Any protocol field (e.g.
+``max_tokens_per_turn``) may be set in the block.
 
 Shipped configs (by name): ``default``, ``abl_no_debate``, ``abl_no_debate_override``.
 """
@@ -29,14 +35,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from ..errors import ConfigError
+from ..protocol import MODE_PRESETS, Protocol, load_debate_block, load_protocol
 
 __all__ = [
     "SHIPPED_CONFIGS",
     "AbsaConfig",
-    "DebateSettings",
     "ModeratorThresholds",
     "OverrideThresholds",
     "ablations",
@@ -46,9 +52,6 @@ __all__ = [
 
 SHIPPED_CONFIGS = ("default", "abl_no_debate", "abl_no_debate_override", "patch")
 """Config names resolvable without a path (files under ``moot/resources/absa/``)."""
-
-_DEFAULT_ORDER = {"persona": ["analyst", "critic", "empath"], "patch": ["epm", "tan", "cj"]}
-_DEFAULT_ROUNDS = {"persona": 2, "patch": 1}
 
 
 class _Strict(BaseModel):
@@ -79,25 +82,6 @@ class ModeratorThresholds(_Strict):
     """Rule E: below this confidence (or when mixed) the debate consensus overrides."""
 
 
-class DebateSettings(_Strict):
-    """``debate:`` (or ``pipeline.debate:``) settings."""
-
-    enabled: bool | None = None
-    """Seed 003's spelling of ``enable_debate``; when set it wins over the top-level flag."""
-    rounds: int | None = Field(None, ge=1)
-    """Rounds; None uses the mode's default (persona 2, patch 1)."""
-    order: list[str] | None = None
-    """Speaking order; None uses the mode's default."""
-    personas: dict[str, dict[str, Any]] | None = None
-    """Persona overrides by key (name, role, goal, stance, style...)."""
-    max_rounds: int | None = None
-    """Seed 003 conditions meta information; recorded, not used (the seed reads ``rounds``)."""
-    injection: dict[str, Any] | None = None
-    """Seed 003 memory-injection settings; recorded, not used by this pipeline."""
-    protocol_overrides: dict[str, Any] = Field(default_factory=dict)
-    """Extra overrides passed verbatim to ``load_protocol`` (e.g. token caps)."""
-
-
 class AbsaConfig(_Strict):
     """The whole ABSA pipeline configuration."""
 
@@ -108,9 +92,12 @@ class AbsaConfig(_Strict):
     """Run the debate between Stage 1 and Stage 2."""
     enable_debate_override: bool = True
     """Apply the debate override (persona mode) or the judge's final_patch (patch mode) in Stage 2."""
-    mode: Literal["persona", "patch"] = "persona"
-    """persona: the ``panel`` preset (analyst/critic/empath); patch: the ``patch`` preset (EPM/TAN/CJ)."""
-    debate: DebateSettings = Field(default_factory=DebateSettings)
+    mode: Literal["persona", "patch"] | None = None
+    """persona: the ``panel`` preset (analyst/critic/empath); patch: the ``patch`` preset (EPM/TAN/CJ).
+    None (not given) is decided from the debate block's personas, else ``persona``; after loading
+    it always holds the mode that runs."""
+    debate: dict[str, Any] = Field(default_factory=dict)
+    """The debate block (``rounds``, ``order``, ``personas``, ``enabled``, any protocol field)."""
     debate_override: OverrideThresholds | None = None
     """None reads ``moot/resources/debate_override_thresholds.json``."""
     moderator: ModeratorThresholds = Field(default_factory=ModeratorThresholds)
@@ -121,37 +108,64 @@ class AbsaConfig(_Strict):
     run_stage2: bool = True
     """Run the Stage-2 ATE/ATSA review calls (the override and patch still apply without them)."""
 
+    _protocol: Protocol | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _read_debate_block(self) -> AbsaConfig:
+        try:
+            block = load_debate_block(self.debate, mode=self.mode, where="debate", source=self.name)
+            preset = block.preset or MODE_PRESETS["persona"]
+            if preset not in MODE_PRESETS.values():
+                raise ConfigError(
+                    f"the ABSA pipeline runs the panel or patch preset, not {preset!r}", key="extends"
+                )
+            self._protocol = load_protocol({**block.data, "extends": preset})
+        except ConfigError as exc:
+            raise _prefixed(exc) from None
+        self.mode = "patch" if preset == MODE_PRESETS["patch"] else "persona"
+        if "enabled" in self.debate:  # seed 003's spelling wins, as in the seed
+            self.enable_debate = bool(self.debate["enabled"])
+        return self
+
     @property
     def debate_on(self) -> bool:
-        """Whether the debate runs (``debate.enabled`` wins when set)."""
-        return self.debate.enabled if self.debate.enabled is not None else self.enable_debate
+        """Whether the debate runs."""
+        return self.enable_debate
+
+    def protocol(self) -> Protocol:
+        """The debate protocol this config runs."""
+        if self._protocol is None:  # pragma: no cover - set by the validator
+            raise ConfigError("config not validated")
+        return self._protocol
 
     @property
     def rounds(self) -> int:
         """Effective number of rounds."""
-        return self.debate.rounds or _DEFAULT_ROUNDS[self.mode]
+        return self.protocol().rounds
 
     @property
     def order(self) -> list[str]:
         """Effective speaking order."""
-        return list(self.debate.order or _DEFAULT_ORDER[self.mode])
+        return self.protocol().speakers()
 
     @property
     def preset(self) -> str:
         """The engine preset this mode uses."""
-        return "panel" if self.mode == "persona" else "patch"
+        return MODE_PRESETS[self.mode or "persona"]
 
     def thresholds(self) -> OverrideThresholds:
         """Override thresholds: the config's, else the shipped JSON file's."""
         return self.debate_override if self.debate_override is not None else load_override_thresholds()
 
-    def protocol_overrides(self) -> dict[str, Any]:
-        """The overrides handed to ``load_protocol``."""
-        out: dict[str, Any] = {"rounds": self.rounds, "order": self.order}
-        if self.debate.personas:
-            out["personas"] = self.debate.personas
-        out.update(self.debate.protocol_overrides)
-        return out
+
+def _prefixed(exc: ConfigError) -> ConfigError:
+    # Errors from the debate block name their key under ``debate.`` (mode stays top level).
+    if exc.key is None or exc.key == "mode":
+        return exc
+    key = f"debate.{exc.key}"
+    if str(exc).startswith("unknown key"):
+        return ConfigError(f"unknown config key {key!r}", key=key)
+    return ConfigError(f"invalid config at {key!r}: {exc}", key=key)
 
 
 def load_override_thresholds(path: str | Path | None = None) -> OverrideThresholds:

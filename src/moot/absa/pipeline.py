@@ -35,7 +35,7 @@ async def _debate(sentence: str, stage1: Stage1Result, model: Model, cfg: AbsaCo
     # Imported here so the pure parts of moot.absa load without the engine.
     from ..engine import Debate
 
-    debate = Debate(cfg.preset, model=model, overrides=cfg.protocol_overrides())
+    debate = Debate(cfg.protocol(), model=model)
     return await debate.run(sentence, context=stage1.context())
 
 
@@ -100,7 +100,7 @@ async def run_absa(
         detail = f"{len(debate.turns())} turns, {debate.failed_turns} failed, verdict {verdict}"
         rec.step("debate", t0, ok=verdict_ok, detail=detail)
         t0 = rec.now_ms()
-        context = build_review_context(debate, stage1, mode=cfg.mode)
+        context = build_review_context(debate, stage1, mode=cfg.mode or "persona")
         rec.step("review_context", t0, detail=str(context.mapping_stats))
     else:
         rec.skip("debate", "enable_debate is false")

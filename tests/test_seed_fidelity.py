@@ -1,0 +1,141 @@
+"""Issue 9: the seeds' own configurations run the debate they describe, through the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from moot.absa import FinalResult
+from moot.cli import main
+from moot.models import ModelRequest
+from moot.models.testing import FunctionModel, schema_instance
+from moot.transcript import DebateResult
+
+SENTENCE = "The pasta was great but the service was slow."
+
+SEED_003_OVERRIDE = """
+pipeline:
+  debate:
+    rounds: 1
+    order: ["epm", "tan", "cj"]
+    personas:
+      epm: {name: "EPM", role: "Evidence–Polarity Mapper", goal: "Determine polarity", stance: "", style: ""}
+      tan: {name: "TAN", role: "Target–Aspect Normalizer", goal: "Resolve targets", stance: "", style: ""}
+      cj: {name: "CJ", role: "Consistency Judge", goal: "One consistent set", stance: "", style: ""}
+"""
+
+SEED_003_CONDITIONS = """
+pipeline:
+  debate:
+    enabled: true
+    max_rounds: 3
+    injection:
+      strategy: "during_debate_one_shot"
+      trigger: "deadlock_obs2of4"
+      allow_multiple_injections: false
+"""
+
+
+def patch_brain(request: ModelRequest) -> dict[str, Any]:
+    """Patch speakers confirm, the judge returns a patch with a real evidence span; others: schema minimum."""
+    meta = request.metadata
+    if meta.get("phase") == "judge" and meta.get("speaker") == "cj":
+        return {
+            "final_patch": [],
+            "final_tuples": [{"aspect_ref": "pasta", "polarity": "positive"}],
+            "unresolved_conflicts": [],
+            "sentence_polarity": "mixed",
+            "sentence_evidence_spans": ["pasta was great"],
+        }
+    if meta.get("speaker") in ("epm", "tan", "cj"):
+        return {"agent": meta["speaker"], "proposed_edits": []}
+    assert request.json_schema is not None
+    return dict(schema_instance(request.json_schema))
+
+
+@pytest.fixture(autouse=True)
+def _fake(fake_provider: Callable[..., None]) -> None:
+    fake_provider("seedfake", lambda rest: FunctionModel(patch_brain, name=f"seedfake:{rest}"))
+
+
+def _write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("mode", ["", "mode: patch\n"])
+def test_moot_run_config_seed_003_override_runs_the_patch_debate(
+    tmp_path: Path, mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _write(tmp_path, mode + SEED_003_OVERRIDE)
+    assert main(["run", SENTENCE, "--config", str(cfg), "--model", "seedfake:x", "--json"]) == 0
+    res = DebateResult.model_validate_json(capsys.readouterr().out)
+    assert res.protocol == "patch" and len(res.rounds) == 1 and res.usage.calls == 4
+    assert [t.speaker for t in res.turns()] == ["epm", "tan", "cj"]
+    assert all("proposed_edits" in (t.content or {}) for t in res.turns())
+    assert res.verdict is not None and res.verdict.get("final_patch") == []
+    assert res.final_answer == "mixed"
+
+
+@pytest.mark.parametrize("mode", ["", "mode: patch\n"])
+def test_moot_absa_config_seed_003_override_runs_the_patch_debate(
+    tmp_path: Path, mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _write(tmp_path, mode + SEED_003_OVERRIDE)
+    assert main(["absa", SENTENCE, "--config", str(cfg), "--model", "seedfake:x", "--json"]) == 0
+    res = FinalResult.model_validate_json(capsys.readouterr().out)
+    assert res.mode == "patch" and res.debate is not None and res.debate.protocol == "patch"
+    assert [t.speaker for t in res.debate.turns()] == ["epm", "tan", "cj"]
+    assert res.debate.verdict is not None and res.debate.verdict.get("sentence_polarity") == "mixed"
+
+
+@pytest.mark.parametrize("command", ["run", "absa"])
+def test_mode_contradicting_personas_is_a_usage_error(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _write(tmp_path, "mode: persona\n" + SEED_003_OVERRIDE)
+    assert main([command, SENTENCE, "--config", str(cfg), "--model", "seedfake:x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'persona'" in err and "'patch'" in err
+
+
+def test_max_rounds_3_is_metadata_one_round_four_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = _write(tmp_path, SEED_003_CONDITIONS)
+    argv = ["run", SENTENCE, "--protocol", "patch", "--config", str(cfg), "--model", "seedfake:x", "--json"]
+    assert main(argv) == 0
+    res = DebateResult.model_validate_json(capsys.readouterr().out)
+    assert len(res.rounds) == 1 and res.usage.calls == 4
+    messages = [r.getMessage() for r in caplog.records if r.name == "moot"]
+    assert any("max_rounds has no effect" in m for m in messages)
+    assert any("injection has no effect" in m for m in messages)
+
+
+def test_enabled_false_skips_the_debate_in_moot_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _write(tmp_path, "pipeline:\n  debate:\n    enabled: false\n")
+    argv = ["run", SENTENCE, "--protocol", "patch", "--config", str(cfg), "--model", "seedfake:x"]
+    argv += ["--initial-answer", "kept", "--json"]
+    assert main(argv) == 0
+    res = DebateResult.model_validate_json(capsys.readouterr().out)
+    assert res.skipped and res.usage.calls == 0 and res.final_answer == "kept"
+
+
+def test_unknown_key_in_seed_block_fails_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _write(tmp_path, "pipeline:\n  debate:\n    roundz: 1\n")
+    assert main(["run", SENTENCE, "--protocol", "patch", "--config", str(cfg), "--model", "seedfake:x"]) == 2
+    assert "'roundz'" in capsys.readouterr().err
+
+
+def test_answer_rounds_over_the_seed_limit_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "Why?", "--protocol", "answer", "--rounds", "4", "--model", "seedfake:x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("moot: error:") and "limit of 3 rounds" in err
