@@ -340,7 +340,7 @@ def load_debate_block(
 def _unwrap_seed_shape(data: dict[str, Any], source: str, *, infer: bool = True) -> dict[str, Any]:
     """Protocol data from the seeds' shapes ``{pipeline: {debate: ...}}`` and ``{debate: ...}``."""
     if "pipeline" not in data and "debate" not in data:
-        return data
+        return dict(data)  # a copy: the caller's mapping is never changed
     top = {k: v for k, v in data.items() if k != "pipeline"}
     pipeline = data.get("pipeline") or {}
     if not isinstance(pipeline, dict):
