@@ -40,8 +40,8 @@ def test_markdown_report_shows_accuracy_intervals_tests_and_flips(tmp_path: Path
     report = write_report(run, tmp_path, plots=False)
     text = (tmp_path / REPORT_FILE).read_text(encoding="utf-8")
     # single: 2/4 right, Wilson [15.0%, 85.0%], 1 parse failure; society: 3/4, round-0 vote 2/4.
-    assert "| `single` | 4 | 50.0% | [15.0%, 85.0%] | 50.0% | 1 (25.0%) | 1.00 |" in text
-    assert "| `society:3:2` | 4 | 75.0% | [30.1%, 95.4%] | 50.0% | 0 (0.0%) | 6.00 |" in text
+    assert "| `single` | 4 | 50.0% | [15.0%, 85.0%] | 50.0% | 1 (25.0%) | 50.0% | 1.00 |" in text
+    assert "| `society:3:2` | 4 | 75.0% | [30.1%, 95.4%] | 50.0% | 0 (0.0%) | 75.0% | 6.00 |" in text
     assert "| `vote:6` | 4 |" in text
     assert "| `society:3:2` | `single` | 4 | 1 | 2 | 1 | +25.0 pp | 1 | exact |" in text
     assert "| `society:3:2` | `vote:6` |" in text

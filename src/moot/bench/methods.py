@@ -188,13 +188,15 @@ class MethodContext:
         return await call_model(self.model, request, self.policy)
 
     def score(self, item: Item, agent: str, text: str, finish: str | None = None) -> AgentAnswer:
-        """Parse and score one reply."""
-        parsed = self.task.parse(text, item)
+        """Parse and score one reply (a reply cut at the token cap is parsed as truncated)."""
+        parsed = self.task.parse(text, item, truncated=finish == "length")
         return AgentAnswer(
             agent=agent,
             answer=parsed.value,
             correct=self.task.is_correct(parsed.value, item),
             rule=parsed.rule,
+            in_format=parsed.rule == self.task.format_rule,
+            lenient=parsed.value if parsed.value is not None else self.task.lenient(text, item),
             text=text,
             finish=finish,
         )
@@ -215,6 +217,7 @@ def _record(
     ctx: MethodContext,
     rounds: list[list[AgentAnswer]],
     final: str | None,
+    lenient: str | None,
     usage: Usage,
     started: float,
     **extra: Any,
@@ -226,6 +229,7 @@ def _record(
         final=final,
         correct=ctx.task.is_correct(final, item),
         parse_failed=final is None,
+        lenient=lenient,
         rounds=rounds,
         calls=usage.calls,
         nominal_calls=spec.nominal_calls,
@@ -280,7 +284,8 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
             stopped = True
             break
     final = majority([a.answer for a in rounds[-1]])
-    return _record(spec, item, ctx, rounds, final, usage, started, stopped_early=stopped)
+    lenient = majority([a.lenient for a in rounds[-1]])
+    return _record(spec, item, ctx, rounds, final, lenient, usage, started, stopped_early=stopped)
 
 
 async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord:
@@ -300,10 +305,19 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
             answers.append(ctx.score(item, turn.speaker, text))
         rounds.append(answers)
     final = ctx.task.parse(result.final_answer or "", item).value
+    lenient = final if final is not None else ctx.task.lenient(result.final_answer or "", item)
     note = f"fallback: {result.fallback}" if result.fallback else None
-    usage = result.usage
     return _record(
-        spec, item, ctx, rounds, final, usage, started, stopped_early=result.stopped_early, note=note
+        spec,
+        item,
+        ctx,
+        rounds,
+        final,
+        lenient,
+        result.usage,
+        started,
+        stopped_early=result.stopped_early,
+        note=note,
     )
 
 

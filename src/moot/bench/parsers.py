@@ -2,20 +2,29 @@ r"""Answer parsers for the benchmark tasks: documented rules, and no guessing.
 
 Every parser returns a :class:`Parsed` with the answer in canonical form (or
 None) and the name of the rule that found it, so a report can say how many
-answers needed the fallback rule. A parse failure (``value is None``) is scored
-as a wrong answer by the harness: never correct, never replaced by a random
-choice.
+replies used the requested format (each task names its format's rule) and
+how many needed a fallback. A parse failure (``value is None``) is scored as a
+wrong answer by the harness: never correct, never replaced by a random choice.
 
-Numeric answers (``arithmetic``, ``gsm8k``), tried in order:
+Numeric answers (``arithmetic``, ``gsm8k``):
 
-1. ``marker``: the *last* answer marker in the text, either ``(X)`` or
-   ``\boxed{X}``, whose content is a number (``(-12)``, ``(1,234)``,
-   ``\boxed{\$18.00}``). A marker without a number is ignored.
-2. ``last_number``: otherwise the last number in the text (the rule of Du et
-   al.'s arithmetic script). A ``-`` counts as a sign only when it is attached
-   to the digits and does not follow a digit, a letter or a closing bracket,
-   so ``12-5`` and ``20 - 5`` end in ``5`` and ``= -5`` in ``-5``.
-3. otherwise a parse failure.
+1. An explicit final statement, the *last* one in the reply, wins over every
+   other number, before or after it: ``\boxed{X}`` (rule ``boxed``),
+   ``#### X`` (``hashes``), "the (final) answer is X" / "answer: X"
+   (``final``, or ``paren`` when written "the answer is (X)"). A statement
+   whose number is followed by an operator ("the answer is 12 + 5 = 17") is a
+   calculation, not a statement; ``\boxed{answer}`` copied from the prompt
+   holds no number and is no answer.
+2. A reply cut at the token cap (``truncated``, finish reason ``length``)
+   without such a statement is a parse failure: its last number is from
+   mid-sentence.
+3. ``paren``: a number in round brackets, ``(246)``, when no number follows
+   it. A bracketed number inside the reasoning ("3 boxes (12 eggs) so 36")
+   is not the answer.
+4. ``last_number``: the last number in the reply (Du et al.'s rule). A ``-``
+   counts as a sign only when it is attached to the digits and does not
+   follow a digit, a letter or a closing bracket, so ``12-5`` and ``20 - 5``
+   end in ``5`` and ``= -5`` in ``-5``.
 
 Numbers are canonicalised: thousands separators and ``$``/``%`` dropped,
 ``18.00`` -> ``18``, ``0.50`` -> ``0.5``; two answers are equal when their
@@ -23,25 +32,35 @@ canonical strings are.
 
 Multiple choice (``mcq``), letters restricted to the item's own letters:
 
-1. ``marker``: the last ``(X)`` or ``\boxed{X}`` holding a valid capital
-   letter (lower case is left out: ``(a)``, ``(b)`` are usually enumerations).
-2. ``phrase``: the last "answer is X", "answer: X" or "option X" phrase, X a capital letter.
-3. ``bare``: the whole reply is one valid letter, optionally with
-   punctuation (``B``, ``B.``, ``B)``).
-4. otherwise a parse failure. There is no "last capital letter" fallback: "A"
-   is an English word.
+* A reply that marks two or more different letters as options (``(A) ...
+  (B) ...``, ``A) ... B) ...``, one letter per line) repeats or walks
+  through the option list: its letter marks are not answers.
+* Otherwise the last of: "the answer is X" / "answer: X" / "option X" /
+  "I choose X" (``phrase``; ``paren`` when written ``(X)``), ``(X)``
+  (``paren``), ``\boxed{X}`` (``boxed``), a letter mark like ``A)`` (``mark``).
+* ``bare``: the whole reply is one valid letter (``B``, ``B.``).
+* There is no "last capital letter" rule: "A" is an English word.
 
 Sentiment labels (``absa``), case-insensitive, restricted to the task's labels:
 
-1. ``marker``: the last ``(X)`` or ``\boxed{X}`` whose content is a label.
-2. ``phrase``: every statement of the form "a X sentiment" (or polarity, tone,
-   opinion) and "sentiment ... is X" / "polarity: X" / "answer is X" /
-   "label: X" within one clause. They must all name the same label; if two
-   name different labels ("a positive sentiment ... and is neutral"), or one
-   is negated ("not a positive sentiment"), the reply is a parse failure.
+1. ``paren``: the last ``(X)`` or ``\boxed{X}`` whose content is a label.
+2. ``phrase``: statements "a X sentiment toward T", "sentiment toward T is
+   X", "T: X", "a X sentiment", "sentiment ... is X", "answer is X". When the
+   asked aspect is known, a statement whose target ``T`` is another aspect is
+   set aside ("positive toward 'wine' and neutral about 'food'", asked about
+   wine, is positive). Negated statements ("not a positive sentiment",
+   "neither positive nor negative") support no label. The remaining
+   statements must all name the same label, and no negated one may deny it;
+   otherwise (or when none remains) the reply is a parse failure.
 3. ``bare``: the whole reply is one label, optionally with punctuation.
-4. otherwise a parse failure. There is no "any label word in the text"
-   fallback: "not positive at all" would be read as positive.
+4. There is no "any label word in the text" rule: "not positive at all" would
+   be read as positive.
+
+**Lenient mode** (:func:`lenient_number`, :func:`lenient_choice`,
+:func:`lenient_label`) is never used for scoring. It takes the last number
+(truncated replies too), the last standalone valid letter, or the last label
+word, and the report shows what accuracy it would give, so a reader sees how
+much of a difference between methods is answer format.
 """
 
 from __future__ import annotations
@@ -53,6 +72,9 @@ from decimal import Decimal, InvalidOperation
 __all__ = [
     "Parsed",
     "canonical_number",
+    "lenient_choice",
+    "lenient_label",
+    "lenient_number",
     "parse_choice",
     "parse_label",
     "parse_number",
@@ -65,7 +87,7 @@ class Parsed:
 
     Attributes:
         value: the answer in canonical form, or None when nothing could be parsed.
-        rule: which rule found it (``marker``, ``last_number``, ``phrase``, ``bare``) or ``none``.
+        rule: which rule found it (``boxed``, ``paren``, ``final``, ``last_number``...) or ``none``.
     """
 
     value: str | None
@@ -87,6 +109,12 @@ _SIGNED = rf"(?:(?<![\w)\]}}.])-)?(?:{_NUM})"
 _NUMBER_RE = re.compile(_SIGNED)
 _PAREN_RE = re.compile(r"\(\s*([^()]{1,40}?)\s*\)")
 _BOXED_RE = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+_HASHES_RE = re.compile(rf"####\s*\\?\$?\s*({_SIGNED})")
+# "The final answer is 18", "**Answer:** $18", "the answer is (246)"; not "the answer is 12 + 5".
+_FINAL_RE = re.compile(
+    r"(?i:\banswer\b)[*_\s]*(?i:is|would be|should be|will be|:|=)?[*_:=\s]*(\()?\s*\\?\$?\s*"
+    rf"({_SIGNED})(?![\d,]*\d)(?!\s*[-+*/×x÷^=]\s*[\d(])"
+)
 _MINUS_CHARS = str.maketrans({"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u00a0": " "})
 
 
@@ -112,8 +140,7 @@ def canonical_number(text: str) -> str | None:
         value = -value
     if value == 0:
         return "0"
-    out = format(value.normalize(), "f")
-    return out
+    return format(value.normalize(), "f")
 
 
 def _marker_number(content: str) -> str | None:
@@ -129,33 +156,73 @@ def _marker_number(content: str) -> str | None:
     return None
 
 
-def _markers(text: str) -> list[tuple[int, str]]:
-    r"""(position, content) of every ``(…)`` and ``\boxed{…}`` marker, in text order."""
-    found = [(m.start(), m.group(1)) for m in _PAREN_RE.finditer(text)]
-    found += [(m.start(), m.group(1)) for m in _BOXED_RE.finditer(text)]
+def _final_statements(text: str) -> list[tuple[int, str, str]]:
+    """(position, value, rule) of every explicit final statement with a number."""
+    found = []
+    for m in _BOXED_RE.finditer(text):
+        value = _marker_number(m.group(1))
+        if value is not None:
+            found.append((m.start(), value, "boxed"))
+    for m in _HASHES_RE.finditer(text):
+        value = canonical_number(m.group(1))
+        if value is not None:
+            found.append((m.start(), value, "hashes"))
+    for m in _FINAL_RE.finditer(text):
+        value = canonical_number(m.group(2))
+        if value is not None:
+            found.append((m.start(), value, "paren" if m.group(1) else "final"))
     return sorted(found)
 
 
-def parse_number(text: str) -> Parsed:
-    """Parse a numeric answer (``arithmetic`` and ``gsm8k``); see the module docstring for the rules."""
+def parse_number(text: str, *, truncated: bool = False) -> Parsed:
+    """Parse a numeric answer (``arithmetic`` and ``gsm8k``); see the module docstring for the rules.
+
+    Args:
+        text: the reply.
+        truncated: the reply was cut at the token cap (finish reason ``length``).
+    """
     if not text:
         return _FAILED
     clean = text.translate(_MINUS_CHARS)
-    for _, content in reversed(_markers(clean)):
-        value = _marker_number(content)
-        if value is not None:
-            return Parsed(value, "marker")
-    numbers = _NUMBER_RE.findall(clean)
-    for raw in reversed(numbers):
+    finals = _final_statements(clean)
+    if finals:
+        return Parsed(finals[-1][1], finals[-1][2])
+    if truncated:
+        return _FAILED
+    numbers = list(_NUMBER_RE.finditer(clean))
+    for m in reversed(list(_PAREN_RE.finditer(clean))):
+        closing = _marker_number(m.group(1))
+        if closing is not None:
+            if all(n.start() < m.end() for n in numbers):  # no number after it: a closing answer
+                return Parsed(closing, "paren")
+            break
+    for n in reversed(numbers):
+        last = canonical_number(n.group())
+        if last is not None:
+            return Parsed(last, "last_number")
+    return _FAILED
+
+
+def lenient_number(text: str) -> str | None:
+    """Lenient mode: the last number of the reply, truncated or not (never used for scoring)."""
+    for raw in reversed(_NUMBER_RE.findall(text.translate(_MINUS_CHARS))):
         value = canonical_number(raw)
         if value is not None:
-            return Parsed(value, "last_number")
-    return _FAILED
+            return value
+    return None
 
 
 # The keywords are case-insensitive, the letter is not: "the answer is a bit unclear" is no answer.
 _PHRASE_RE = re.compile(
-    r"(?i:answer\s*(?:is|would be|:)|option|choice)\s*[:\-]?\s*\(?\s*\**([A-Z])\**\s*\)?(?![A-Za-z])"
+    r"(?i:\b(?:answer|option|choice)\s*(?:is|would be|should be|will be|:)|\b(?:option|choice)"
+    r"|\bI\s+(?:choose|pick|select|go with))"
+    r"[\s*_:\-]*(\()?[\s*_]*([A-Z])[*_]*\)?(?![A-Za-z])"
+    r"(?!\s+(?i:is|was)\s+(?i:not|incorrect|wrong|false))"
+)
+# A letter marked as an option: "(A)", "A)" after a space, or "A." / "A:" at a line start
+# (not "vitamin C. So...": a capital letter ending a sentence is no mark).
+_LETTER_MARK_RE = re.compile(
+    r"\(([A-Z])\)|(?:(?<=[\s*])|^)([A-Z])\)(?=\s|$|\*)|^[\s*>#-]*([A-Z])[.:](?=\s|$|\*)", re.MULTILINE
 )
 _BARE_RE = re.compile(r"\(?\s*([A-Z])\s*[).:]?")
 
@@ -168,62 +235,183 @@ def parse_choice(text: str, letters: str) -> Parsed:
     if not text:
         return _FAILED
     valid = letters.upper()
-    for _, content in reversed(_markers(text)):
-        cand = content.strip().strip("*").strip()
-        if len(cand) == 1 and cand in valid:
-            return Parsed(cand, "marker")
-    for m in reversed(list(_PHRASE_RE.finditer(text))):
-        cand = m.group(1).upper()
-        if cand in valid:
-            return Parsed(cand, "phrase")
     bare = _BARE_RE.fullmatch(text.strip().strip("*").strip())
     if bare is not None and bare.group(1) in valid:
         return Parsed(bare.group(1), "bare")
-    return _FAILED
+    found: list[tuple[int, str, str]] = []
+    for m in _PHRASE_RE.finditer(text):
+        if m.group(2) in valid:
+            found.append((m.start(), m.group(2), "paren" if m.group(1) else "phrase"))
+    marks = [
+        (m.start(), m.group(1) or m.group(2) or m.group(3), m.group(1) is not None)
+        for m in _LETTER_MARK_RE.finditer(text)
+    ]
+    marks = [(pos, letter, paren) for pos, letter, paren in marks if letter in valid]
+    # Two or more letters marked as options: the reply walks through the list; none of its marks is an answer.
+    if len({letter for _, letter, _ in marks}) == 1:
+        found += [(pos, letter, "paren" if paren else "mark") for pos, letter, paren in marks]
+    for m in _BOXED_RE.finditer(text):
+        cand = m.group(1).strip().strip("*").strip()
+        if len(cand) == 1 and cand in valid:
+            found.append((m.start(), cand, "boxed"))
+    if not found:
+        return _FAILED
+    _, letter, rule = max(found, key=lambda f: f[0])
+    return Parsed(letter, rule)
 
 
-_LABELS_RE = r"(positive|negative|neutral|mixed|conflict)"
+def lenient_choice(text: str, letters: str) -> str | None:
+    """Lenient mode: the last valid capital letter standing alone (not "A" before a lower-case word)."""
+    valid = letters.upper()
+    for m in reversed(list(re.finditer(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])", text))):
+        if m.group(1) in valid and not re.match(r"A [a-z]", text[m.start() : m.start() + 3]):
+            return m.group(1)
+    return None
+
+
+_LABEL_WORDS = r"(positive|negative|neutral|mixed|conflict)"
+_NOUNS = r"(?:sentiment|polarity|tone|opinion|feeling|attitude|stance)"
+_PREPS = r"(?:toward|towards|about|for|regarding|concerning|on|over|of)"
+_ASPECT_WORD = r"(?:the[ \t]+)?(?:(?:aspect|term|target)[ \t]+)?"
+# "a positive sentiment toward <target>", "positive about <target>".
+_LABEL_FIRST_RE = re.compile(rf"(?i)\b{_LABEL_WORDS}[ \t]+(?:{_NOUNS}[ \t]+)?{_PREPS}[ \t]+{_ASPECT_WORD}")
+# "the sentiment toward <target> is positive".
+_TARGET_FIRST_RE = re.compile(rf"(?i)\b{_NOUNS}[ \t]+{_PREPS}[ \t]+{_ASPECT_WORD}")
+_TARGET_LABEL_RE = re.compile(
+    rf"(?i)[^.;\n]{{0,40}}?(?:\bis|\bwas|\bwould be|\bremains|:)\s*(not\s+)?[(\"'*]*\s*{_LABEL_WORDS}\b"
+)
 # "a positive sentiment", "negative polarity": the label right before the noun.
-_LABEL_BEFORE_RE = re.compile(rf"(?i)\b{_LABELS_RE}\s+(?:sentiment|polarity|tone|opinion)\b")
+_LABEL_BEFORE_RE = re.compile(rf"(?i)\b{_LABEL_WORDS}\s+{_NOUNS}\b")
 # "The sentiment expressed in the sentence is positive", "Polarity: negative": within one clause.
 _LABEL_AFTER_RE = re.compile(
-    rf"(?i)\b(?:sentiment|polarity|answer|label)\b[^.;\n]{{0,80}}?(?:\bis|\bwould be|:)\s*"
-    rf"(not\s+)?[(\"'*]*\s*{_LABELS_RE}\b"
+    rf"(?i)\b(?:{_NOUNS}|answer|label)\b[^.;\n]{{0,80}}?(?:\bis|\bwould be|:)\s*"
+    rf"(not\s+)?[(\"'*]*\s*{_LABEL_WORDS}\b"
 )
-_NEGATION_RE = re.compile(r"(?i)\b(?:not|no|never|n't|without)\s+(?:\w+\s+)?$")
+# "'wine': positive", "Food - negative" (a target then a label).
+_TARGET_COLON_RE = re.compile(rf"(?i)[\"“'‘]([^\"”'’\n]{{1,60}})[\"”'’]\s*[:\-–=]\s*[(*]*\s*{_LABEL_WORDS}\b")
+# "- wine: positive" (a list line: a target then a label).
+_LIST_LINE_RE = re.compile(
+    rf"(?im)^[\s*#>•\-\d.)]*([^:\n*]{{1,40}}?)[*\s]*[:\-–=]\s*[(*]*\s*{_LABEL_WORDS}\b"
+)
+_NEGATION_RE = re.compile(r"(?i)(?:\b(?:not|no|never|without|neither|nor)|n't)\s+(?:\w+\s+)?$")
+_QUOTED_RE = re.compile(r"[\"“'‘«「]([^\"”'’»」\n]{1,60})[\"”'’»」]")
+_STOP_WORDS = frozenset(
+    "and but or is was which while because as since whereas however in with that it its this".split()
+    + list(",.:;!?")
+)
+# Targets that name no aspect ("Sentiment: positive", "Final answer: neutral").
+_GENERIC_TARGET_RE = re.compile(
+    r"(?:the|overall|final|sentiment|polarity|answer|label|tone|opinion|result|aspect|review|sentence|\s)+"
+)
 
 
-def _label_phrases(text: str) -> list[tuple[str, bool]]:
-    """(label, negated) of every label statement in ``text``."""
-    found = []
+def _norm(text: str) -> str:
+    return re.sub(r"[\W_]+", " ", text.casefold()).strip()
+
+
+def _target_at(text: str, pos: int, aspect: str) -> tuple[str, int]:
+    """The target named at ``text[pos:]`` and where it ends.
+
+    A quoted string, the asked aspect, or up to four words (stopping at a conjunction or verb).
+    """
+    quoted = _QUOTED_RE.match(text, pos)
+    if quoted:
+        return quoted.group(1), quoted.end()
+    if aspect and text[pos : pos + len(aspect)].casefold() == aspect.casefold():
+        return aspect, pos + len(aspect)
+    words, end = [], pos
+    for m in list(re.finditer(r"[\w'-]+|[,.;:!?]", text[pos : pos + 80]))[:4]:
+        if m.group().casefold() in _STOP_WORDS:
+            break
+        words.append(m.group())
+        end = pos + m.end()
+    return " ".join(words), end
+
+
+@dataclass(frozen=True)
+class _Statement:
+    label: str
+    negated: bool
+    start: int
+    """Where the label word is (two patterns finding the same label word are one statement)."""
+    target: str | None
+
+
+def _label_statements(text: str, aspect: str) -> list[_Statement]:
+    """Every label statement in ``text``, with its target when the statement names one."""
+    found: dict[int, _Statement] = {}
+
+    def add(label_match: re.Match[str], group: int, negated: bool, target: str | None) -> None:
+        start = label_match.start(group)
+        if target is not None and (not target.strip() or _GENERIC_TARGET_RE.fullmatch(target.casefold())):
+            target = None
+        old = found.get(start)
+        if old is None or (old.target is None and target is not None):
+            found[start] = _Statement(label_match.group(group).lower(), negated, start, target)
+
+    for m in _LABEL_FIRST_RE.finditer(text):
+        negated = _NEGATION_RE.search(text[max(0, m.start() - 20) : m.start()]) is not None
+        add(m, 1, negated, _target_at(text, m.end(), aspect)[0])
+    for m in _TARGET_FIRST_RE.finditer(text):
+        target, end = _target_at(text, m.end(), aspect)
+        after = _TARGET_LABEL_RE.match(text, end)
+        if target and after is not None:
+            add(after, 2, after.group(1) is not None, target)
+    for m in _TARGET_COLON_RE.finditer(text):
+        add(m, 2, False, m.group(1))
+    for m in _LIST_LINE_RE.finditer(text):
+        add(m, 2, False, m.group(1))
     for m in _LABEL_BEFORE_RE.finditer(text):
         negated = _NEGATION_RE.search(text[max(0, m.start() - 20) : m.start()]) is not None
-        found.append((m.group(1).lower(), negated))
+        add(m, 1, negated, None)
     for m in _LABEL_AFTER_RE.finditer(text):
-        found.append((m.group(2).lower(), m.group(1) is not None))
-    return found
+        add(m, 2, m.group(1) is not None, None)
+    return sorted(found.values(), key=lambda s: s.start)
 
 
-def parse_label(text: str, labels: tuple[str, ...]) -> Parsed:
+def _about(target: str, aspect: str) -> bool:
+    """True when a statement's target names the asked aspect."""
+    t, a = _norm(target), _norm(aspect)
+    # The aspect may start a word of the target: Korean particles attach ("위치는" is about "위치").
+    return bool(t and a) and (re.search(rf"(?:^| ){re.escape(a)}", t) is not None or f" {t} " in f" {a} ")
+
+
+def parse_label(text: str, labels: tuple[str, ...], aspect: str = "") -> Parsed:
     """Parse a sentiment label; ``labels`` are the valid ones in lower case.
 
-    See the module docstring for the rules.
+    Args:
+        text: the reply.
+        labels: the valid labels.
+        aspect: the aspect term the question asked about; statements about other targets
+            are set aside (see the module docstring).
     """
     if not text:
         return _FAILED
     valid = {label.lower() for label in labels}
-    for _, content in reversed(_markers(text)):
+    markers = [m.group(1) for m in _PAREN_RE.finditer(text)] + [m.group(1) for m in _BOXED_RE.finditer(text)]
+    for content in reversed(markers):
         cand = content.strip().strip("*").strip().lower()
         if cand in valid:
-            return Parsed(cand, "marker")
-    phrases = _label_phrases(text)
-    if phrases:
-        named = {label for label, _ in phrases}
-        # Conflicting or negated statements are no answer: the parser never picks one for the model.
-        if len(named) == 1 and not any(neg for _, neg in phrases) and named <= valid:
+            return Parsed(cand, "paren")
+    statements = _label_statements(text, aspect)
+    if aspect:
+        statements = [s for s in statements if s.target is None or _about(s.target, aspect)]
+    if statements:
+        named = {s.label for s in statements if not s.negated}
+        denied = {s.label for s in statements if s.negated}
+        # Conflicting statements ("positive ... neutral", "positive ... not positive") are no answer:
+        # the parser never picks one for the model. "Not X" alone states nothing.
+        if len(named) == 1 and not named & denied and named <= valid:
             return Parsed(named.pop(), "phrase")
         return _FAILED
     bare = text.strip().strip("*().:!\"' ").lower()
     if bare in valid:
         return Parsed(bare, "bare")
     return _FAILED
+
+
+def lenient_label(text: str, labels: tuple[str, ...]) -> str | None:
+    """Lenient mode: the last valid label word in the reply, negated or not."""
+    valid = {label.lower() for label in labels}
+    words = [w.lower() for w in re.findall(r"(?i)\b[a-z]+\b", text) if w.lower() in valid]
+    return words[-1] if words else None

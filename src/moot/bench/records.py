@@ -19,7 +19,11 @@ class AgentAnswer(BaseModel):
     correct: bool
     """Whether ``answer`` equals the gold answer (never true for a parse failure)."""
     rule: str = "none"
-    """The parser rule that found the answer (``marker``, ``last_number``...) or ``none``."""
+    """The parser rule that found the answer (``paren``, ``boxed``, ``last_number``...) or ``none``."""
+    in_format: bool = False
+    """The answer was written in the format the prompt asked for (the task's format rule)."""
+    lenient: str | None = None
+    """The answer a lenient parser would read (never scored; see :mod:`moot.bench.parsers`)."""
     text: str = ""
     """The raw reply, kept for audit."""
     finish: str | None = None
@@ -43,6 +47,8 @@ class ItemRecord(BaseModel):
     """Whether ``final`` is right; a parse failure is wrong."""
     parse_failed: bool
     """True when ``final`` is None."""
+    lenient: str | None = None
+    """The final answer had every reply been read by the lenient parser (reported, never scored)."""
     rounds: list[list[AgentAnswer]] = Field(default_factory=list)
     """Every agent's answer at every round that ran (round 0 first)."""
     calls: int = 0

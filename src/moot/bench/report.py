@@ -106,17 +106,18 @@ def command_line(config: BenchConfig) -> str:
 
 def _results_table(report: Report) -> list[str]:
     lines = [
-        "| method | n | accuracy | 95% CI | round-0 vote | parse failures | calls/item | prompt tok/item "
-        "| completion tok/item | wall s/item | acc % per 1k tok |",
-        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| method | n | accuracy | 95% CI | round-0 vote | parse failures | lenient accuracy | calls/item "
+        "| prompt tok/item | completion tok/item | wall s/item | acc % per 1k tok |",
+        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for m in report.methods:
         per_1k = m.accuracy_per_1k_tokens
         lines.append(
             f"| `{m.method}` | {m.n} | {_pct(m.accuracy)} | [{_pct(m.ci_low)}, {_pct(m.ci_high)}] "
             f"| {_pct(m.round0_accuracy)} | {m.parse_failures} ({_pct(m.parse_failure_rate)}) "
-            f"| {_num(m.per_item(m.calls), 2)} | {_num(m.per_item(m.prompt_tokens))} "
-            f"| {_num(m.per_item(m.completion_tokens))} | {_num(m.per_item(m.wall_s), 2)} "
+            f"| {_pct(m.lenient_accuracy)} | {_num(m.per_item(m.calls), 2)} "
+            f"| {_num(m.per_item(m.prompt_tokens))} | {_num(m.per_item(m.completion_tokens))} "
+            f"| {_num(m.per_item(m.wall_s), 2)} "
             f"| {'n/a' if per_1k is None else _num(per_1k, 2)} |"
         )
     return lines
@@ -217,7 +218,10 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         "## How to read this",
         "",
         "- A reply whose answer cannot be parsed is a **wrong** answer, never a correct or random one; "
-        "parse failures are also counted on their own. Parsing rules: `moot.bench.parsers`.",
+        "parse failures are also counted on their own. Parsing rules: `moot.bench.parsers`. A reply cut at "
+        "the token cap without an explicit final statement is a parse failure.",
+        "- Lenient accuracy reads every reply with a lenient parser (last number, last standalone letter, "
+        "last label word) and is never used for scoring: its gap to accuracy is what answer format costs.",
         "- 95% intervals are Wilson score intervals. McNemar tests pair the same items: exact two-sided "
         f"binomial below {EXACT_THRESHOLD} discordant pairs, chi-square with continuity correction above.",
         "- Round-0 vote: the plurality of the first round's answers. For a debate, compare it with the final "
@@ -367,7 +371,18 @@ def rich_table(report: Report) -> Any:
     from rich.table import Table
 
     table = Table(title=f"moot bench {report.config.task} · {report.config.model} · n={report.n_items}")
-    for header in ("method", "n", "accuracy [95% CI]", "round-0", "parse fail", "calls", "tokens", "s/item"):
+    headers = (
+        "method",
+        "n",
+        "accuracy [95% CI]",
+        "round-0",
+        "parse fail",
+        "lenient",
+        "calls",
+        "tokens",
+        "s/item",
+    )
+    for header in headers:
         table.add_column(header, justify="left" if header == "method" else "right", no_wrap=True)
     for m in report.methods:
         table.add_row(
@@ -376,6 +391,7 @@ def rich_table(report: Report) -> Any:
             f"{_pct(m.accuracy)} [{_pct(m.ci_low)}, {_pct(m.ci_high)}]",
             _pct(m.round0_accuracy),
             f"{m.parse_failures} ({_pct(m.parse_failure_rate)})",
+            _pct(m.lenient_accuracy),
             _num(m.per_item(m.calls), 2),
             _num(m.tokens_per_item, 0),
             _num(m.per_item(m.wall_s), 2) if not math.isnan(m.wall_s) else "n/a",

@@ -9,6 +9,10 @@ Definitions (the report repeats them):
 * **flips**: per agent, between consecutive rounds that both ran: right->wrong
   ("bullied") and wrong->right ("relied"), where a parse failure counts as
   wrong. Agents are matched by name.
+* **lenient accuracy**: accuracy had every reply been read by the lenient
+  parser (see :mod:`moot.bench.parsers`), which reads an answer wherever the
+  strict one does and more; the gap to accuracy is what answer format costs.
+  Never used for scoring.
 * **per-round accuracy** of an item that stopped early carries its last round
   forward (the answer it would have kept), so every round has all items.
 * **calls saved**: nominal calls minus calls made, over all items.
@@ -40,6 +44,7 @@ class MethodSummary:
     ci_high: float
     round0_correct: int
     parse_failures: int
+    lenient_correct: int
     replies: int
     replies_in_format: int
     replies_truncated: int
@@ -65,6 +70,11 @@ class MethodSummary:
     def parse_failure_rate(self) -> float:
         """Items whose final answer could not be parsed, over items."""
         return self.per_item(self.parse_failures)
+
+    @property
+    def lenient_accuracy(self) -> float:
+        """Accuracy had every reply been read by the lenient parser (how much is answer format)."""
+        return self.per_item(self.lenient_correct)
 
     def per_item(self, total: int | float) -> float:
         """``total`` divided by the number of items."""
@@ -129,8 +139,9 @@ def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
         ci_high=high,
         round0_correct=sum(1 for r in records if r.rounds and _vote_correct(r.rounds[0], r.gold)),
         parse_failures=sum(r.parse_failed for r in records),
+        lenient_correct=sum(r.lenient == r.gold if r.lenient is not None else r.correct for r in records),
         replies=len(replies),
-        replies_in_format=sum(a.rule == "marker" for a in replies),
+        replies_in_format=sum(a.in_format for a in replies),
         replies_truncated=sum(a.finish == "length" for a in replies),
         calls=sum(r.calls for r in records),
         nominal_calls=sum(r.nominal_calls for r in records),

@@ -45,7 +45,16 @@ from typing import Any
 
 from ..errors import UsageError
 from ..prompting import load_prompt
-from .parsers import Parsed, canonical_number, parse_choice, parse_label, parse_number
+from .parsers import (
+    Parsed,
+    canonical_number,
+    lenient_choice,
+    lenient_label,
+    lenient_number,
+    parse_choice,
+    parse_label,
+    parse_number,
+)
 
 __all__ = [
     "AbsaTask",
@@ -78,12 +87,14 @@ class Item:
         prompt: the first-round user message, identical for every method.
         gold: the correct answer in canonical form (a canonical number or a letter).
         letters: the valid letters of a multiple-choice item, else "".
+        aspect: the aspect term an ``absa`` item asks about, else "".
     """
 
     id: str
     prompt: str
     gold: str
     letters: str = ""
+    aspect: str = ""
 
 
 class Task(ABC):
@@ -93,14 +104,20 @@ class Task(ABC):
     """The ``--task`` string this task was made from."""
     kind: str = ""
     """``arithmetic``, ``gsm8k``, ``mcq`` or ``absa``."""
+    format_rule: str = "paren"
+    """The parser rule of the answer format the prompt asks for (``paren`` or ``boxed``)."""
 
     @abstractmethod
     def items(self, n: int | None, seed: int) -> list[Item]:
         """The first ``n`` items of the seeded order (all items when ``n`` is None)."""
 
     @abstractmethod
-    def parse(self, text: str, item: Item) -> Parsed:
-        """Parse one reply to ``item``."""
+    def parse(self, text: str, item: Item, *, truncated: bool = False) -> Parsed:
+        """Parse one reply to ``item``; ``truncated``: it was cut at the token cap."""
+
+    @abstractmethod
+    def lenient(self, text: str, item: Item) -> str | None:
+        """The answer a lenient parser would read (reported beside the parse failures, never scored)."""
 
     @abstractmethod
     def format_instruction(self, item: Item) -> str:
@@ -162,9 +179,13 @@ class ArithmeticTask(Task):
             out.append(Item(id=f"arithmetic-{i}", prompt=prompt, gold=str(a + b * c + d - e * f)))
         return out
 
-    def parse(self, text: str, item: Item) -> Parsed:
-        """Numeric parser (marker, then last number)."""
-        return parse_number(text)
+    def parse(self, text: str, item: Item, *, truncated: bool = False) -> Parsed:
+        """Numeric parser (final statement, closing ``(X)``, then last number)."""
+        return parse_number(text, truncated=truncated)
+
+    def lenient(self, text: str, item: Item) -> str | None:
+        """The last number."""
+        return lenient_number(text)
 
     def format_instruction(self, item: Item) -> str:
         """``bench_format_number.md``."""
@@ -214,6 +235,7 @@ class GSM8KTask(Task):
     """GSM8K-format word problems; gold is the number after ``####`` in ``answer``."""
 
     kind = "gsm8k"
+    format_rule = "boxed"
 
     def __init__(self, path: str | Path) -> None:
         self.path = _data_file(self.kind, path)
@@ -238,9 +260,13 @@ class GSM8KTask(Task):
             items.append(Item(id=_item_id(row, "gsm8k", line), prompt=prompt, gold=gold))
         return _sample(items, n, seed)
 
-    def parse(self, text: str, item: Item) -> Parsed:
-        r"""Numeric parser (``\boxed{}``/``(X)`` marker, then last number)."""
-        return parse_number(text)
+    def parse(self, text: str, item: Item, *, truncated: bool = False) -> Parsed:
+        r"""Numeric parser (``\boxed{}``, ``####`` or final statement, closing ``(X)``, last number)."""
+        return parse_number(text, truncated=truncated)
+
+    def lenient(self, text: str, item: Item) -> str | None:
+        """The last number."""
+        return lenient_number(text)
 
     def format_instruction(self, item: Item) -> str:
         """``bench_format_boxed.md``."""
@@ -295,9 +321,13 @@ class MCQTask(Task):
             items.append(Item(id=_item_id(row, "mcq", line), prompt=prompt, gold=gold, letters=letters))
         return _sample(items, n, seed)
 
-    def parse(self, text: str, item: Item) -> Parsed:
+    def parse(self, text: str, item: Item, *, truncated: bool = False) -> Parsed:
         """Letter parser restricted to the item's letters."""
         return parse_choice(text, item.letters)
+
+    def lenient(self, text: str, item: Item) -> str | None:
+        """The last valid letter standing alone."""
+        return lenient_choice(text, item.letters)
 
     def format_instruction(self, item: Item) -> str:
         """``bench_format_choice.md`` with the item's letters."""
@@ -332,14 +362,22 @@ class AbsaTask(Task):
         for row in load_dataset(self.path):
             for aspect in row.aspects:
                 prompt = render_prompt("bench_absa.md", term=aspect.term, sentence=row.sentence, format=fmt)
-                items.append(Item(id=f"{row.id}@{aspect.start}", prompt=prompt, gold=aspect.polarity))
+                items.append(
+                    Item(
+                        id=f"{row.id}@{aspect.start}", prompt=prompt, gold=aspect.polarity, aspect=aspect.term
+                    )
+                )
         if not items:
             raise UsageError(f"{self.path or 'the absa dataset'} holds no labelled aspects")
         return _sample(items, n, seed)
 
-    def parse(self, text: str, item: Item) -> Parsed:
-        """Label parser (marker, phrase, bare label)."""
-        return parse_label(text, self.labels)
+    def parse(self, text: str, item: Item, *, truncated: bool = False) -> Parsed:
+        """Label parser (marker, statements about the asked aspect, bare label)."""
+        return parse_label(text, self.labels, item.aspect)
+
+    def lenient(self, text: str, item: Item) -> str | None:
+        """The last label word."""
+        return lenient_label(text, self.labels)
 
     def format_instruction(self, item: Item) -> str:
         """``bench_format_label.md`` with the labels."""
