@@ -32,6 +32,7 @@ from ..absa import (
 )
 from ..errors import UsageError
 from ..models import Model, run_with_model
+from . import _exit
 
 __all__ = ["read_inputs", "register"]
 
@@ -158,8 +159,11 @@ def register(app: typer.Typer) -> None:
         report: Annotated[
             bool, typer.Option(help="Batch: print the debate metrics report at the end.")
         ] = False,
-    ) -> None:
-        """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline."""
+    ) -> int:
+        """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
+
+        Exit code: 0 complete, 1 a sentence had failed calls, 2 usage error.
+        """
         cfg = load_config(config)
         if input_file is None:
             if sentence is None or not sentence.strip():
@@ -169,7 +173,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(res.model_dump_json(indent=2))
             else:
                 _print_result(res, Console())
-            return
+            return _exit.for_absa([res])
         if sentence is not None:
             raise UsageError("give either a SENTENCE or --input, not both")
         if output is None:
@@ -182,6 +186,7 @@ def register(app: typer.Typer) -> None:
         console.print(f"wrote {len(results)} results to {output} ({failed} with failed calls)")
         if report:
             typer.echo(format_report(compute_metrics(results)))
+        return _exit.for_absa(results)
 
     @app.command("absa-eval")
     def absa_eval_cmd(

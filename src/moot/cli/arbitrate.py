@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..arbitration import AgentReport, arbitrate_sync
 from ..errors import UsageError
+from . import _exit
 
 __all__ = ["load_reports", "register"]
 
@@ -48,8 +49,11 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str | None, typer.Option(help="Arbitrator model spec.")] = None,
         concurrency: Annotated[int, typer.Option(min=1, help="Arbitration calls in flight at once.")] = 4,
         as_json: Annotated[bool, typer.Option("--json", help="Print only the result as JSON.")] = False,
-    ) -> None:
-        """Detect contradictions between agent reports and arbitrate them into a consensus."""
+    ) -> int:
+        """Detect contradictions between agent reports and arbitrate them into a consensus.
+
+        Exit code: 0 complete, 1 a contradiction has no ruling (failed call), 2 usage error.
+        """
         parsed = load_reports(reports)
         console = Console(stderr=True, quiet=as_json)
 
@@ -64,7 +68,7 @@ def register(app: typer.Typer) -> None:
         result = arbitrate_sync(parsed, model=model, concurrency=concurrency, on_progress=progress)
         if as_json:
             typer.echo(result.model_dump_json())
-            return
+            return _exit.for_arbitration(result)
         out = Console()
         table = Table(title=f"{result.contradictions_found} contradictions · status {result.status}")
         for col in ("metric", "agents", "kind", "severity", "resolution", "confidence"):
@@ -87,3 +91,4 @@ def register(app: typer.Typer) -> None:
             f"resolved {result.resolved} · flagged {result.flagged_for_review} · {u.calls} calls · "
             f"{u.total_tokens} tokens · {result.latency_ms / 1000:.1f}s"
         )
+        return _exit.for_arbitration(result)

@@ -27,6 +27,7 @@ from ..bench.runner import RESULTS_FILE, RUN_FILE, BenchConfig, BenchRun, RunObs
 from ..bench.tasks import make_task
 from ..errors import UsageError
 from ..models import run_with_model
+from . import _exit
 
 __all__ = ["default_out", "register"]
 
@@ -192,7 +193,7 @@ def bench(
                     f"interrupted: finished items are saved in {out_dir / RESULTS_FILE}; "
                     "rerun the same command with --resume to continue"
                 )
-                raise typer.Exit(130) from None
+                raise typer.Exit(_exit.INTERRUPTED) from None
             finally:
                 signal.signal(signal.SIGTERM, previous)
     report = write_report(run, out_dir, plots=not no_plots)
@@ -201,7 +202,7 @@ def bench(
     if not run.complete:
         missing = len(run.items) * len(run.specs) - len(run.records)
         console.print(f"[yellow]incomplete:[/] {missing} item/method units missing; rerun with --resume")
-        raise typer.Exit(1)
+        raise typer.Exit(_exit.DEGRADED)
 
 
 def register(app: typer.Typer) -> None:

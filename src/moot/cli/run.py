@@ -16,6 +16,7 @@ from ..engine import Debate
 from ..errors import UsageError
 from ..protocol import presets, read_yaml_file
 from ..transcript import DebateResult, Event, Turn
+from . import _exit
 
 __all__ = ["load_context", "parse_role_models", "register"]
 
@@ -169,8 +170,11 @@ def register(app: typer.Typer) -> None:
         ] = True,
         as_json: Annotated[bool, typer.Option("--json", help="Print only the DebateResult as JSON.")] = False,
         out: Annotated[Path | None, typer.Option(help="Write the event stream as JSON lines.")] = None,
-    ) -> None:
-        """Run one debate and show it live (or print the result as JSON)."""
+    ) -> int:
+        """Run one debate and show it live (or print the result as JSON).
+
+        Exit code: 0 complete, 1 fell back or had failed calls, 2 usage error.
+        """
         # --config alone is a whole protocol; with --protocol it overrides that preset (seed shapes too).
         overrides: dict[str, Any] = {}
         if protocol and config:
@@ -197,12 +201,13 @@ def register(app: typer.Typer) -> None:
             if sink is not None:
                 sink.close()
         unreachable = _all_unreachable(result)
-        if unreachable:
+        if unreachable and initial_answer is None:  # with one, the result falls back to it (exit 1)
             raise UsageError(f"cannot reach the model endpoint: {unreachable}")
         if as_json:
             typer.echo(result.model_dump_json())
         else:
             _summary(console, result)
+        return _exit.for_debate(result)
 
     @app.command("protocols")
     def list_protocols() -> None:
