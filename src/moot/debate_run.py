@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +37,6 @@ __all__ = ["DebateRun", "EventCallback"]
 
 EventCallback = Callable[[Event], Awaitable[None] | None]
 """Called with every event; may be sync or async."""
-
-_ids = itertools.count(1)
 
 
 class _Stop(Exception):
@@ -66,7 +64,7 @@ class DebateRun:
         self.context_json = render_context(context)
         self.initial_answer = initial_answer
         self.on_event = on_event
-        self.id = f"d{next(_ids)}"
+        self.id = uuid.uuid4().hex[:12]  # unique across processes: stored runs hold many debates
         self.fallback: str | None = None
         """The first reason the debate must fall back, or None."""
         self.result = DebateResult(

@@ -115,7 +115,11 @@ def test_keys_are_never_stored(tmp_path: Path) -> None:
     assert "sk-secret" not in text and "hunter2" not in text and "sk-2" not in text and "Bearer s" not in text
     assert run.config["model"] == {"spec": "openai:x", "api_key": "***"}
     assert redact_argv(argv) == ["moot", "view", "--token", "***", "--api-key=***"]
-    assert redact({"token": None}) == {"token": None}
+    assert redact({"token": None, "max_tokens": 5, "key": "judge"}) == {
+        "token": None,
+        "max_tokens": 5,
+        "key": "judge",
+    }
 
 
 def test_list_filters_sorts_and_prefixes(tmp_path: Path) -> None:

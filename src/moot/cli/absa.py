@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
@@ -20,6 +21,7 @@ from rich.table import Table
 
 from ..absa import (
     FinalResult,
+    GoldItem,
     ablations,
     compute_metrics,
     evaluate,
@@ -31,8 +33,10 @@ from ..absa import (
     run_absa_batch,
 )
 from ..errors import UsageError
-from ..models import Model, run_with_model
+from ..models import Model, Usage, run_with_model
+from ..runs import Recording, recording
 from . import _exit
+from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["read_inputs", "register"]
 
@@ -120,6 +124,7 @@ async def _batch(
     config: Any,
     concurrency: int,
     console: Console,
+    rec: Recording,
 ) -> list[FinalResult]:
     with _progress(console) as progress:
         task = progress.add_task("absa", total=len(items))
@@ -130,11 +135,26 @@ async def _batch(
                 json.dumps({"id": items[i][0], **res.model_dump(mode="json")}, ensure_ascii=False) + "\n"
             )
             out.flush()
+            rec.item(items[i][0], {"index": i, "result": res.model_dump(mode="json")})
             progress.advance(task)
 
         return await run_absa_batch(
             [s for _, s in items], model=model, config=config, concurrency=concurrency, on_result=write
         )
+
+
+def _eval_recorder(
+    rec: Recording, items: list[GoldItem], advance: Callable[[str], None]
+) -> Callable[[str, int, FinalResult], None]:
+    """``absa-eval``'s per-result callback: store the sentence (with its gold item), then advance."""
+
+    def done(name: str, i: int, res: FinalResult) -> None:
+        gold = items[i]
+        data = {"gold": gold.model_dump(mode="json"), "result": res.model_dump(mode="json")}
+        rec.item(gold.id, data, part=name, correct=None if res.failed else res.label == gold.label)
+        advance(name)
+
+    return done
 
 
 def register(app: typer.Typer) -> None:
@@ -159,16 +179,28 @@ def register(app: typer.Typer) -> None:
         report: Annotated[
             bool, typer.Option(help="Batch: print the debate metrics report at the end.")
         ] = False,
+        store: StoreOption = None,
+        no_store: NoStoreOption = False,
     ) -> int:
         """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
 
         Exit code: 0 complete, 1 a sentence had failed calls, 2 usage error.
         """
         cfg = load_config(config)
+        recorded = {"config": cfg.model_dump(mode="json"), "model": model}
         if input_file is None:
             if sentence is None or not sentence.strip():
                 raise UsageError("give a SENTENCE, or --input FILE.jsonl --output FILE.jsonl")
-            res = run_with_model(model, lambda m: run_absa(sentence, model=m, config=cfg))
+            with recording(
+                "absa",
+                title=sentence,
+                model=model or "local",
+                config=recorded | {"sentence": sentence},
+                store=store,
+                enabled=not no_store,
+            ) as rec:
+                res = run_with_model(model, lambda m: run_absa(sentence, model=m, config=cfg))
+                rec.finish(res, status="fell_back" if res.failed else "complete")
             if as_json:
                 typer.echo(res.model_dump_json(indent=2))
             else:
@@ -180,9 +212,23 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--input needs --output FILE.jsonl")
         items = read_inputs(input_file)
         console = Console(stderr=True)
-        with output.open("w", encoding="utf-8") as out:
-            results = run_with_model(model, lambda m: _batch(items, out, m, cfg, concurrency, console))
-        failed = sum(r.failed for r in results)
+        batch = {"batch": True, "input": str(input_file), "output": str(output), "concurrency": concurrency}
+        with (
+            recording(
+                "absa",
+                title=str(input_file),
+                model=model or "local",
+                config=recorded | batch,
+                store=store,
+                enabled=not no_store,
+            ) as rec,
+            output.open("w", encoding="utf-8") as out,
+        ):
+            results = run_with_model(model, lambda m: _batch(items, out, m, cfg, concurrency, console, rec))
+            usage = sum((r.usage for r in results), Usage())
+            failed = sum(r.failed for r in results)
+            summary = {"sentences": len(results), "failed": failed}
+            rec.finish(usage=usage, summary=summary, status="fell_back" if failed else "complete")
         console.print(f"wrote {len(results)} results to {output} ({failed} with failed calls)")
         if report:
             typer.echo(format_report(compute_metrics(results)))
@@ -207,6 +253,8 @@ def register(app: typer.Typer) -> None:
         ] = True,
         as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
         report: Annotated[bool, typer.Option(help="Print each config's debate metrics report.")] = False,
+        store: StoreOption = None,
+        no_store: NoStoreOption = False,
     ) -> None:
         """Aspect-tuple P/R/F1 and sentence-label accuracy, ablations side by side."""
         if not data.is_file():
@@ -217,19 +265,31 @@ def register(app: typer.Typer) -> None:
         cfg = load_config(config)
         configs = ablations(cfg) if with_ablations else {cfg.name: cfg}
         console = Console(stderr=True)
-        with _progress(console) as progress:
+        recorded = {
+            "data": str(data),
+            "limit": limit,
+            "model": model,
+            "concurrency": concurrency,
+            "configs": {name: c.model_dump(mode="json") for name, c in configs.items()},
+        }
+        with (
+            recording(
+                "absa-eval",
+                title=str(data),
+                model=model or "local",
+                config=recorded,
+                store=store,
+                enabled=not no_store,
+            ) as rec,
+            _progress(console) as progress,
+        ):
             tasks = {name: progress.add_task(name, total=len(items)) for name in configs}
+
+            done = _eval_recorder(rec, items, lambda name: progress.advance(tasks[name]))
             scores = run_with_model(
                 model,
-                lambda m: evaluate(
-                    items,
-                    configs,
-                    model=m,
-                    concurrency=concurrency,
-                    on_result=lambda name, _i, _r: progress.advance(tasks[name]),
-                ),
+                lambda m: evaluate(items, configs, model=m, concurrency=concurrency, on_result=done),
             )
-        if as_json:
             payload = {
                 name: {
                     **s.model_dump(mode="json", exclude={"metrics"}),
@@ -241,6 +301,13 @@ def register(app: typer.Typer) -> None:
                 }
                 for name, s in scores.items()
             }
+            rec.finish(
+                {name: s.model_dump(mode="json") for name, s in scores.items()},
+                usage=Usage(calls=sum(s.calls for s in scores.values())),
+                summary={name: p["f1"] for name, p in payload.items()},
+                score=max((p["f1"] for p in payload.values()), default=None),
+            )
+        if as_json:
             typer.echo(json.dumps(payload, ensure_ascii=False, indent=2))
             return
         Console().print(format_table(scores, title=f"ABSA evaluation · {data.name} · {len(items)} sentences"))

@@ -12,7 +12,9 @@ from rich.table import Table
 
 from ..arbitration import AgentReport, arbitrate_sync
 from ..errors import UsageError
+from ..runs import recording
 from . import _exit
+from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["load_reports", "register"]
 
@@ -49,6 +51,8 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str | None, typer.Option(help="Arbitrator model spec.")] = None,
         concurrency: Annotated[int, typer.Option(min=1, help="Arbitration calls in flight at once.")] = 4,
         as_json: Annotated[bool, typer.Option("--json", help="Print only the result as JSON.")] = False,
+        store: StoreOption = None,
+        no_store: NoStoreOption = False,
     ) -> int:
         """Detect contradictions between agent reports and arbitrate them into a consensus.
 
@@ -65,7 +69,22 @@ def register(app: typer.Typer) -> None:
             elif status == "complete" and data is not None:
                 console.print(f"[bold]{stage} complete[/]: {data}")
 
-        result = arbitrate_sync(parsed, model=model, concurrency=concurrency, on_progress=progress)
+        recorded: dict[str, Any] = {"reports": [r.model_dump(mode="json") for r in parsed], "model": model}
+        recorded["concurrency"] = concurrency
+        name = model or "local"
+        with recording(
+            "arbitrate", title=str(reports), model=name, config=recorded, store=store, enabled=not no_store
+        ) as rec:
+
+            def on_progress(
+                stage: str, status: str, data: dict[str, Any] | None = None, latency: float | None = None
+            ) -> None:
+                rec.event("progress", {"stage": stage, "status": status, "data": data, "latency_ms": latency})
+                progress(stage, status, data, latency)
+
+            result = arbitrate_sync(parsed, model=model, concurrency=concurrency, on_progress=on_progress)
+            failed = sum(1 for r in result.rulings if r.decision is None)
+            rec.finish(result, status="fell_back" if failed else "complete", summary={"failed": failed})
         if as_json:
             typer.echo(result.model_dump_json())
             return _exit.for_arbitration(result)

@@ -15,8 +15,11 @@ from rich.table import Table
 from ..engine import Debate
 from ..errors import UsageError
 from ..protocol import presets, read_yaml_file
+from ..runs import RunStatus, open_store, recording
+from ..runs.recording import debate_config
 from ..transcript import DebateResult, Event, Turn
 from . import _exit
+from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["load_context", "parse_role_models", "register"]
 
@@ -140,12 +143,44 @@ def _all_unreachable(result: DebateResult) -> str | None:
     return None
 
 
+def debate_status(result: DebateResult) -> RunStatus:
+    """How a finished debate's run is recorded: ``fell_back`` when the answer is a fallback."""
+    return "fell_back" if result.fallback else "complete"
+
+
+def _overrides(protocol: str | None, config: Path | None, **fields: Any) -> dict[str, Any]:
+    # --config alone is a whole protocol; with --protocol it overrides that preset (seed shapes too).
+    out: dict[str, Any] = read_yaml_file(config) if protocol and config else {}
+    names = {"rounds": "rounds", "max_tokens": "max_tokens_per_turn", "timeout": "timeout"}
+    out |= {names[k]: v for k, v in fields.items() if v is not None}
+    return out
+
+
+def _from_record(run_id: str, store: Path | None) -> dict[str, Any]:
+    """The configuration ``moot run --from RUN_ID`` re-runs.
+
+    Raises:
+        UsageError: no such run, or it is not a ``moot run`` debate.
+    """
+    opened = open_store(store)
+    assert opened is not None
+    with opened:
+        record = opened.get(run_id)
+    if record.kind != "run" or "protocol" not in record.config:
+        raise UsageError(
+            f"run {record.id[:8]} is a {record.kind!r} run, not a debate: --from needs a `moot run` run"
+        )
+    return record.config
+
+
 def register(app: typer.Typer) -> None:
     """Add ``run`` and ``protocols`` to ``app``."""
 
     @app.command()
     def run(
-        topic: Annotated[str, typer.Argument(help="The question, claim or sentence to debate.")],
+        topic: Annotated[
+            str | None, typer.Argument(help="The question, claim or sentence to debate.", show_default=False)
+        ] = None,
         context: Annotated[Path | None, typer.Option(help="Context file: JSON data or plain text.")] = None,
         protocol: Annotated[str | None, typer.Option(help="Preset name (see `moot protocols`).")] = None,
         config: Annotated[
@@ -170,39 +205,69 @@ def register(app: typer.Typer) -> None:
         ] = True,
         as_json: Annotated[bool, typer.Option("--json", help="Print only the DebateResult as JSON.")] = False,
         out: Annotated[Path | None, typer.Option(help="Write the event stream as JSON lines.")] = None,
+        from_run: Annotated[
+            str | None,
+            typer.Option("--from", help="Re-run the configuration recorded as RUN_ID (options override it)."),
+        ] = None,
+        store: StoreOption = None,
+        no_store: NoStoreOption = False,
     ) -> int:
         """Run one debate and show it live (or print the result as JSON).
 
         Exit code: 0 complete, 1 fell back or had failed calls, 2 usage error.
         """
-        # --config alone is a whole protocol; with --protocol it overrides that preset (seed shapes too).
-        overrides: dict[str, Any] = {}
-        if protocol and config:
-            overrides = read_yaml_file(config)
-        if rounds is not None:
-            overrides["rounds"] = rounds
-        if max_tokens is not None:
-            overrides["max_tokens_per_turn"] = max_tokens
-        if timeout is not None:
-            overrides["timeout"] = timeout
-        spec: str | Path = protocol or (config if config is not None else "answer")
-        debate = Debate(spec, model=model, role_models=parse_role_models(role_model), overrides=overrides)
-        ctx = load_context(context)
+        recorded = _from_record(from_run, store) if from_run else {}
+        overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
+        spec: str | Path | dict[str, Any] = protocol or (config if config is not None else "answer")
+        if recorded and protocol is None and config is None:
+            spec = recorded["protocol"]
+        topic = topic if topic is not None else recorded.get("topic")
+        if topic is None:
+            raise UsageError("give a TOPIC (or --from RUN_ID to re-run a recorded debate)")
+        model = model or recorded.get("model")
+        roles = dict(recorded.get("role_models") or {}) | parse_role_models(role_model)
+        debate = Debate(spec, model=model, role_models=roles, overrides=overrides)
+        ctx = load_context(context) if context is not None else recorded.get("context")
+        if initial_answer is None:
+            initial_answer = recorded.get("initial_answer")
+        cfg = debate_config(
+            debate,
+            topic,
+            model=model,
+            role_models=roles,
+            context=ctx,
+            initial_answer=initial_answer,
+            debate_mode=debate_mode,
+        )
+        if from_run:
+            cfg["from_run"] = from_run
         console = Console(stderr=as_json)
         sink = out.open("w", encoding="utf-8") if out is not None else None
-        try:
-            live = _Live(console, sink)
-            if as_json:  # keep stdout clean: only the result goes there
-                live.console = Console(stderr=True, quiet=True)
-            result = debate.run_sync(
-                topic, context=ctx, initial_answer=initial_answer, debate_mode=debate_mode, on_event=live
-            )
-        finally:
-            if sink is not None:
-                sink.close()
-        unreachable = _all_unreachable(result)
-        if unreachable and initial_answer is None:  # with one, the result falls back to it (exit 1)
-            raise UsageError(f"cannot reach the model endpoint: {unreachable}")
+        name = model or "local"
+        with recording("run", title=topic, model=name, config=cfg, store=store, enabled=not no_store) as rec:
+            try:
+                live = _Live(console, sink)
+                if as_json:  # keep stdout clean: only the result goes there
+                    live.console = Console(stderr=True, quiet=True)
+
+                def on_event(event: Event) -> None:
+                    rec.on_event(event)  # stored first: a crash in printing loses nothing
+                    live(event)
+
+                result = debate.run_sync(
+                    topic,
+                    context=ctx,
+                    initial_answer=initial_answer,
+                    debate_mode=debate_mode,
+                    on_event=on_event,
+                )
+            finally:
+                if sink is not None:
+                    sink.close()
+            rec.finish(result, status=debate_status(result))
+            unreachable = _all_unreachable(result)
+            if unreachable and initial_answer is None:  # with one, the result falls back to it (exit 1)
+                raise UsageError(f"cannot reach the model endpoint: {unreachable}")
         if as_json:
             typer.echo(result.model_dump_json())
         else:

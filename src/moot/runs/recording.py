@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -34,9 +34,17 @@ from ..models.base import Model, Usage
 from ..transcript import Event
 from .store import RunStatus, RunStore, default_store_path
 
-__all__ = ["Recording", "model_info", "open_store", "prompts_hash", "recording", "redact"]
+if TYPE_CHECKING:  # pragma: no cover
+    from ..engine import Debate
 
-_SECRET = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization|bearer|credential)", re.I)
+__all__ = ["Recording", "debate_config", "model_info", "open_store", "prompts_hash", "recording", "redact"]
+
+# Whole key names (after an optional prefix such as ``openai_``): ``max_tokens`` or a persona's ``key`` stay.
+_SECRET = re.compile(
+    r"^(.*[_-])?(api[_-]?key|token|access[_-]?token|auth[_-]?token|secret|client[_-]?secret|password|passwd"
+    r"|authorization|bearer|credentials?)$",
+    re.I,
+)
 
 
 def _secret(key: Any, value: Any) -> bool:
@@ -65,7 +73,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             hide = False
             continue
         name, eq, _ = arg.partition("=")
-        if name.startswith("--") and _SECRET.search(name):
+        if name.startswith("--") and _SECRET.search(name[2:]):
             if eq:
                 out.append(f"{name}=***")
             else:
@@ -94,6 +102,35 @@ def model_info(model: Model) -> dict[str, Any]:
     if isinstance(endpoint, str) and endpoint:
         info["endpoint"] = endpoint
     return info
+
+
+def debate_config(
+    debate: Debate,
+    topic: str,
+    *,
+    model: str | None,
+    role_models: Mapping[str, str],
+    context: Any = None,
+    initial_answer: str | None = None,
+    debate_mode: bool = True,
+) -> dict[str, Any]:
+    """Everything needed to re-run a debate: the resolved protocol, the model specs and endpoints, inputs.
+
+    ``moot run --from RUN_ID`` rebuilds the debate from exactly this.
+    """
+    models = {}
+    if debate_mode:  # a skipped debate resolves no model, so neither does its record
+        models = {key: model_info(debate.model_for(key)) for key in debate.protocol.personas}
+    return {
+        "topic": topic,
+        "context": context,
+        "initial_answer": initial_answer,
+        "debate_mode": debate_mode,
+        "model": model,
+        "role_models": dict(role_models),
+        "models": models,
+        "protocol": debate.protocol.model_dump(mode="json"),
+    }
 
 
 def open_store(store: str | Path | RunStore | None = None, *, enabled: bool = True) -> RunStore | None:
