@@ -35,7 +35,7 @@ def test_bench_command_runs_reports_and_resumes(
 
     assert main(argv) == 2  # results exist: refuse to overwrite
     assert "--resume" in capsys.readouterr().err
-    assert main([*argv, "--resume"]) == 0
+    assert main([*argv, "--resume", str(out)]) == 0
     assert len(model.requests) == calls  # nothing left to run
 
     assert main(["bench", "--out", str(out), "--report-only", "--no-plots"]) == 0

@@ -27,7 +27,10 @@ from ..bench.runner import RESULTS_FILE, RUN_FILE, BenchConfig, BenchRun, RunObs
 from ..bench.tasks import make_task
 from ..errors import UsageError
 from ..models import run_with_model
+from ..runs import open_store, recording
 from . import _exit
+from ._bench_store import RECORDED_OPTIONS, RecordingObserver, find_resume, finish_bench, merge_resume
+from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["default_out", "register"]
 
@@ -74,6 +77,15 @@ class _ProgressObserver(RunObserver):
         self.console.print(f"[yellow]failed[/] {escape(item_id)} {escape(method)}: {escape(error)}")
 
 
+_METHOD_FLAGS = ("methods", "early_stop", "debate_if_disagree")
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    # typer may vendor its own click: compare the source by name, not by enum identity.
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -96,6 +108,7 @@ def _report_only(out: Path) -> BenchRun:
 
 
 def bench(
+    ctx: typer.Context,
     task: Annotated[
         str, typer.Option("--task", help="arithmetic | gsm8k:FILE.jsonl | mcq:FILE.jsonl | absa[:FILE.jsonl]")
     ] = "arithmetic",
@@ -115,7 +128,14 @@ def bench(
     out: Annotated[
         Path | None, typer.Option("--out", help="Output directory (default bench-out/TASK-MODEL-sSEED).")
     ] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            metavar="DIR|RUN_ID",
+            help="Continue a run (its --out folder or its run id) with its recorded settings.",
+        ),
+    ] = None,
     matched: Annotated[
         bool, typer.Option("--matched", help="Add a vote with as many calls as each debate method.")
     ] = False,
@@ -144,30 +164,41 @@ def bench(
     report_only: Annotated[
         bool, typer.Option("--report-only", help="Rewrite the report of --out from its results; no calls.")
     ] = False,
+    store: StoreOption = None,
+    no_store: NoStoreOption = False,
 ) -> None:
     """Benchmark methods on a task: accuracy with intervals, cost, flips and paired tests."""
     console = Console(stderr=True)
-    out_dir = out or default_out(task, model, seed)
+    given = {f: _given(ctx, f) for f in RECORDED_OPTIONS}
+    given["methods"] = any(_given(ctx, f) for f in _METHOD_FLAGS)
+    fields: dict[str, Any] = {
+        "task": task,
+        "methods": _methods(methods, early_stop, debate_if_disagree),
+        "model": model,
+        "n": n or None,
+        "seed": seed,
+        "temperature": temperature,
+        "max_tokens": max_tokens,
+        "matched": matched,
+        "max_errors": max_errors,
+    }
+    target = open_store(store, enabled=not no_store and not report_only)
+    resumed = find_resume(resume, target) if resume is not None else None
+    if resumed is not None:
+        if out is not None and out.resolve() != resumed.out.resolve():
+            raise UsageError(f"--resume: --out {out} contradicts the recorded run (out {resumed.out})")
+        fields = merge_resume(resumed, {k: v for k, v in fields.items() if given[k]})
+        out = resumed.out
+    out_dir = out or default_out(fields["task"], fields["model"], fields["seed"])
     if not no_plots:
         ensure_plotting()
     if report_only:
         run = _report_only(out_dir)
     else:
-        config = BenchConfig(
-            task=task,
-            methods=_methods(methods, early_stop, debate_if_disagree),
-            model=model,
-            n=n or None,
-            seed=seed,
-            concurrency=concurrency,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            matched=matched,
-            max_errors=max_errors,
-        )
+        config = BenchConfig.model_validate(fields | {"concurrency": concurrency})
         from ..models import resolve_model
 
-        backend = resolve_model(model)
+        backend = resolve_model(config.model)
         if model_concurrency is not None:
             backend.max_concurrency = model_concurrency
         columns = (
@@ -178,30 +209,47 @@ def bench(
             TextColumn("eta"),
             TimeRemainingColumn(),
         )
-        with Progress(*columns, console=console, transient=False) as progress:
-            observer = _ProgressObserver(progress, console)
+        recorded = config.model_dump(mode="json") | {"out": str(out_dir.resolve())}
+        with (
+            recording(
+                "bench",
+                title=config.task,
+                model=config.model,
+                config=recorded,
+                store=target,
+                enabled=target is not None,
+                continue_run=resumed.run_id if resumed is not None else None,
+            ) as rec,
+            Progress(*columns, console=console, transient=False) as progress,
+        ):
+            observer = RecordingObserver(_ProgressObserver(progress, console), rec)
             # `timeout` and schedulers send SIGTERM: stop like Ctrl-C, with the resume hint.
             previous = signal.signal(signal.SIGTERM, _interrupt)
             try:
                 # run_with_model closes the backend's loop-bound clients, on Ctrl-C too.
                 run = run_with_model(
                     backend,
-                    lambda m: run_bench(config, model=m, out=out_dir, resume=resume, observer=observer),
+                    lambda m: run_bench(
+                        config, model=m, out=out_dir, resume=resumed is not None, observer=observer
+                    ),
                 )
             except KeyboardInterrupt:
                 console.print(
                     f"interrupted: finished items are saved in {out_dir / RESULTS_FILE}; "
-                    "rerun the same command with --resume to continue"
+                    f"continue with: moot bench --resume {rec.run_id[:8] if rec.run_id else out_dir}"
                 )
                 raise typer.Exit(_exit.INTERRUPTED) from None
             finally:
                 signal.signal(signal.SIGTERM, previous)
+            finish_bench(rec, run)
     report = write_report(run, out_dir, plots=not no_plots)
     Console().print(rich_table(report))
     console.print(f"report: {out_dir / REPORT_FILE}  results: {out_dir / RESULTS_FILE}")
     if not run.complete:
         missing = len(run.items) * len(run.specs) - len(run.records)
-        console.print(f"[yellow]incomplete:[/] {missing} item/method units missing; rerun with --resume")
+        console.print(
+            f"[yellow]incomplete:[/] {missing} item/method units missing; continue with --resume {out_dir}"
+        )
         raise typer.Exit(_exit.DEGRADED)
 
 

@@ -276,6 +276,7 @@ def recording(
     argv: Sequence[str] | None = None,
     store: str | Path | RunStore | None = None,
     enabled: bool = True,
+    continue_run: str | None = None,
 ) -> Iterator[Recording]:
     """Record one run of ``kind`` (see the module docstring).
 
@@ -287,11 +288,15 @@ def recording(
         argv: the command line (default ``sys.argv``); secret option values are masked.
         store: the store file or an open store (default ``$MOOT_STORE`` or ``./.moot/runs.db``).
         enabled: False records nothing (``--no-store``).
+        continue_run: the id of a run to continue (``moot bench --resume``) instead of a new one.
     """
     opened = None if isinstance(store, RunStore) else open_store(store, enabled=enabled)
     target = store if isinstance(store, RunStore) and enabled else opened
     rec = Recording(None, None)
-    if target is not None:
+    if target is not None and continue_run is not None:
+        rec = Recording(target, continue_run)
+        rec._seq = target.reopen(continue_run)
+    elif target is not None:
         cfg = redact(dict(config or {})) | {"prompts_sha256": prompts_hash()}
         run_id = target.create_run(
             kind,

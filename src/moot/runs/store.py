@@ -363,6 +363,20 @@ class RunStore:
         if sets:
             self._execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", (*params, run_id))
 
+    def reopen(self, run_id: str) -> int:
+        """Mark a run ``running`` again in this process (a resumed bench); returns its last event seq."""
+        self._execute(
+            "UPDATE runs SET status = 'running', ended_at = NULL, error = NULL, host = ?, pid = ? "
+            "WHERE id = ?",
+            (_HOST, os.getpid(), run_id),
+        )
+        return self.counts(run_id)[0]
+
+    def item_keys(self, run_id: str) -> set[tuple[str, str]]:
+        """``(item, part)`` of every item recorded for the run."""
+        rows = self._execute("SELECT item, part FROM items WHERE run_id = ?", (run_id,)).fetchall()
+        return {(str(i), str(p)) for i, p in rows}
+
     def delete(self, run_id: str) -> str:
         """Delete a run with its events and items; returns the full id.
 

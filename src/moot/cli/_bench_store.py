@@ -1,0 +1,167 @@
+"""``moot bench`` and the run store: recording units, and ``--resume DIR|RUN_ID``.
+
+A resume loads the recorded task, methods, model, n, seed and limits; an option
+given on the command line must agree with the record, except that ``--n`` may
+grow the run and ``--methods`` may add methods (the runner supports both). Any
+other difference is an error naming both values, never a silent change.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..bench.records import ItemRecord
+from ..bench.runner import RUN_FILE, BenchConfig, BenchRun, RunObserver
+from ..bench.summary import summarize
+from ..errors import UsageError
+from ..models.base import Usage
+from ..runs import Recording, RunStore
+
+__all__ = ["RECORDED_OPTIONS", "RecordingObserver", "Resumed", "finish_bench", "find_resume", "merge_resume"]
+
+RECORDED_OPTIONS = {
+    "task": "task",
+    "methods": "methods",
+    "model": "model",
+    "n": "n",
+    "seed": "seed",
+    "temperature": "temperature",
+    "max_tokens": "max-tokens",
+    "matched": "matched",
+    "max_errors": "max-errors",
+}
+"""Config field -> its option name (without ``--``): what a resume takes from the record."""
+
+
+@dataclass
+class Resumed:
+    """What ``--resume`` found: the recorded config fields, the output folder and the store run."""
+
+    config: dict[str, Any]
+    out: Path
+    run_id: str | None
+
+
+def _config_fields(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in BenchConfig.model_fields}
+
+
+def find_resume(target: str, store: RunStore | None) -> Resumed:
+    """Resolve ``--resume TARGET``: a bench output folder, or a bench run id in the store.
+
+    Raises:
+        UsageError: neither, or the run is not a bench run.
+    """
+    path = Path(target)
+    if path.is_dir():
+        meta = path / RUN_FILE
+        if not meta.is_file():
+            raise UsageError(f"--resume {target}: no {RUN_FILE} in that folder, so nothing to resume")
+        try:
+            data = json.loads(meta.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            raise UsageError(f"{meta} is not valid JSON; cannot resume from it") from None
+        run_id = None
+        if store is not None:  # continue the store's record of this folder, if it has one
+            where = str(path.resolve())
+            found = [r for r in store.list(kind="bench") if r.config.get("out") == where]
+            run_id = found[0].id if found else None
+        return Resumed(_config_fields(data), path, run_id)
+    if store is None:
+        raise UsageError(f"--resume {target}: no such folder (and the run store is off, so no run id either)")
+    try:
+        record = store.get(target)
+    except UsageError:
+        raise UsageError(
+            f"--resume {target}: neither a bench output folder nor a run id in {store.path}"
+        ) from None
+    if record.kind != "bench":
+        raise UsageError(f"--resume {target}: run {record.id[:8]} is a {record.kind!r} run, not a bench run")
+    return Resumed(_config_fields(record.config), Path(record.config["out"]), record.id)
+
+
+def merge_resume(resumed: Resumed, given: dict[str, Any]) -> dict[str, Any]:
+    """The recorded config with the options ``given`` on the command line checked against it.
+
+    Raises:
+        UsageError: an option contradicts the record (both values named).
+    """
+    cfg = dict(resumed.config)
+    for key, value in given.items():
+        old = cfg.get(key)
+        if value == old:
+            continue
+        if key == "n" and old is not None and (value is None or value > old):
+            cfg[key] = value  # a larger sample: the item order is prefix-stable
+            continue
+        if key == "methods" and isinstance(old, list) and set(old) <= set(value):
+            cfg[key] = value  # more methods on the same items
+            continue
+        name = RECORDED_OPTIONS[key]
+        raise UsageError(
+            f"--resume: --{name} {value!r} contradicts the recorded run ({name} {old!r}); "
+            f"drop --{name} to continue it, or start a new run with another --out"
+        )
+    return cfg
+
+
+class RecordingObserver(RunObserver):
+    """Passes progress to ``inner`` and lands every unit in the store as it finishes."""
+
+    def __init__(self, inner: RunObserver, rec: Recording) -> None:
+        self.inner = inner
+        self.rec = rec
+
+    def started(self, total: int, done: int) -> None:
+        """Record the unit count."""
+        self.rec.event("bench_started", {"total": total, "done": done})
+        self.inner.started(total, done)
+
+    def finished_unit(self, record: ItemRecord) -> None:
+        """Store the unit."""
+        self.rec.item(record.item_id, record, part=record.method, correct=record.correct)
+        self.inner.finished_unit(record)
+
+    def failed_unit(self, item_id: str, method: str, error: str) -> None:
+        """Record the failure as an event (the unit is retried by a resume)."""
+        self.rec.event("unit_failed", {"item_id": item_id, "method": method, "error": error})
+        self.inner.failed_unit(item_id, method, error)
+
+
+def finish_bench(rec: Recording, run: BenchRun) -> None:
+    """Store units read back from an earlier run, the per-method summary and the end status."""
+    if rec.store is not None and rec.run_id is not None:
+        have = rec.store.item_keys(rec.run_id)
+        for r in run.records:
+            if (r.item_id, r.method) not in have:
+                rec.item(r.item_id, r, part=r.method, correct=r.correct)
+    by_method: dict[str, list[ItemRecord]] = {s.name: [] for s in run.specs}
+    for r in run.records:
+        by_method.setdefault(r.method, []).append(r)
+    accuracy = {name: summarize(name, recs).accuracy for name, recs in by_method.items() if recs}
+    usage = Usage(
+        calls=sum(r.calls for r in run.records),
+        prompt_tokens=sum(r.prompt_tokens for r in run.records),
+        completion_tokens=sum(r.completion_tokens for r in run.records),
+    )
+    expected = len(run.items) * len(run.specs)
+    summary = {
+        "accuracy": accuracy,
+        "items": len(run.items),
+        "methods": [s.name for s in run.specs],
+        "units": len(run.records),
+        "expected_units": expected,
+        "failures": len(run.failures),
+        "model_name": run.model_name,
+    }
+    missing = expected - len(run.records)
+    rec.finish(
+        status="complete" if run.complete else "failed",
+        usage=usage,
+        summary=summary,
+        score=max(accuracy.values(), default=None),
+        error=None if run.complete else f"{missing} item/method units missing; resume to finish them",
+    )
