@@ -7,6 +7,11 @@ Scoring rules:
   ``"battery life"`` and ``"Battery-life"`` match. Spans are not compared:
   the pipeline already verifies every span against the sentence.
 * Tuples are matched as multisets (a term twice in gold needs two predictions).
+* Implicit gold aspects (SemEval-2015/16 ``NULL`` targets, no term in the
+  sentence) are not aspect tuples: term extraction cannot find them, and
+  SemEval's own target evaluation leaves them out too.
+* Label accuracy counts only sentences with a gold label; the majority-class
+  rate on the same sentences is reported beside it as the baseline.
 * **A sentence with any failed call is scored wrong**: its label counts as
   incorrect and its predicted tuples as empty, so gold tuples become false
   negatives. A parse failure is never scored right.
@@ -14,49 +19,23 @@ Scoring rules:
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from importlib import resources
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel
 
-from ..errors import UsageError
 from ..models import resolve_model
 from ..models.base import Model
 from .config import AbsaConfig
+from .dataset import GoldAspect, GoldItem, load_dataset
 from .metrics import BatchMetrics, compute_metrics
 from .pipeline import run_absa_batch
 from .review_context import normalize
 from .schemas import FinalResult
 
 __all__ = ["EvalScores", "GoldAspect", "GoldItem", "evaluate", "format_table", "load_dataset", "score"]
-
-
-class GoldAspect(BaseModel):
-    """A labelled aspect; ``sentence[start:end] == term``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    term: str
-    start: int
-    end: int
-    polarity: Literal["positive", "negative", "neutral"]
-
-
-class GoldItem(BaseModel):
-    """One labelled sentence."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    lang: Literal["en", "ko"]
-    sentence: str
-    label: Literal["positive", "negative", "neutral", "mixed"]
-    aspects: list[GoldAspect] = Field(default_factory=list)
-    phenomena: list[str] = Field(default_factory=list)
+# GoldAspect, GoldItem and load_dataset live in .dataset; they stay importable from here.
 
 
 class EvalScores(BaseModel):
@@ -65,7 +44,11 @@ class EvalScores(BaseModel):
     name: str
     n: int = 0
     failed: int = 0
+    labelled: int = 0
+    """Sentences with a gold label (label accuracy is over these)."""
     label_correct: int = 0
+    majority_correct: int = 0
+    """Labelled sentences whose gold label is the most common one: the majority-class baseline."""
     tp: int = 0
     fp: int = 0
     fn: int = 0
@@ -74,9 +57,14 @@ class EvalScores(BaseModel):
     metrics: BatchMetrics | None = None
 
     @property
-    def accuracy(self) -> float:
-        """Sentence-label accuracy (failed sentences count as wrong)."""
-        return self.label_correct / self.n if self.n else 0.0
+    def accuracy(self) -> float | None:
+        """Label accuracy over labelled sentences (a failed one counts as wrong); None without labels."""
+        return self.label_correct / self.labelled if self.labelled else None
+
+    @property
+    def majority_accuracy(self) -> float | None:
+        """The rate of always answering the most common gold label, on the same sentences."""
+        return self.majority_correct / self.labelled if self.labelled else None
 
     @property
     def precision(self) -> float:
@@ -95,39 +83,12 @@ class EvalScores(BaseModel):
         return 2 * p * r / (p + r) if p + r else 0.0
 
 
-def load_dataset(path: str | Path | None = None, *, limit: int | None = None) -> list[GoldItem]:
-    """Read a JSONL dataset (default: the shipped ``moot/data/absa_sentences.jsonl``).
-
-    Raises:
-        UsageError: unreadable file, or a line that is not a valid item (the line number is named).
-    """
-    try:
-        if path is None:
-            text = resources.files("moot").joinpath("data/absa_sentences.jsonl").read_text("utf-8")
-        else:
-            text = Path(path).read_text("utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read dataset {path}: {exc}") from exc
-    items: list[GoldItem] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            items.append(GoldItem.model_validate(json.loads(line)))
-        except (json.JSONDecodeError, ValidationError) as exc:
-            raise UsageError(
-                f"{path or 'dataset'} line {number}: invalid item: {str(exc).splitlines()[0]}"
-            ) from exc
-        if limit is not None and len(items) >= limit:
-            break
-    return items
-
-
 def _tuples(aspects: Sequence[dict[str, Any] | GoldAspect]) -> Counter[tuple[str, str]]:
     out: Counter[tuple[str, str]] = Counter()
     for a in aspects:
         if isinstance(a, GoldAspect):
-            out[(normalize(a.term), a.polarity)] += 1
+            if not a.implicit:
+                out[(normalize(a.term), a.polarity)] += 1
         else:
             out[(normalize(str(a.get("aspect") or a.get("term") or "")), str(a.get("polarity")))] += 1
     return out
@@ -136,6 +97,9 @@ def _tuples(aspects: Sequence[dict[str, Any] | GoldAspect]) -> Counter[tuple[str
 def score(name: str, items: Sequence[GoldItem], results: Sequence[FinalResult]) -> EvalScores:
     """Score ``results`` against ``items`` (same order)."""
     s = EvalScores(name=name, n=len(items))
+    labels = Counter(it.label for it in items if it.label is not None)
+    s.labelled = sum(labels.values())
+    s.majority_correct = max(labels.values(), default=0)
     for gold, res in zip(items, results, strict=True):
         s.calls += res.usage.calls
         s.tokens += res.usage.total_tokens
@@ -149,7 +113,7 @@ def score(name: str, items: Sequence[GoldItem], results: Sequence[FinalResult]) 
         s.tp += hit
         s.fp += sum(pred_t.values()) - hit
         s.fn += sum(gold_t.values()) - hit
-        s.label_correct += res.label == gold.label
+        s.label_correct += gold.label is not None and res.label == gold.label
     s.metrics = compute_metrics(results)
     return s
 
@@ -201,7 +165,8 @@ def format_table(scores: dict[str, EvalScores], *, title: str = "ABSA evaluation
     rows: list[tuple[str, Callable[[EvalScores], str]]] = [
         ("sentences", lambda s: str(s.n)),
         ("failed (scored wrong)", lambda s: str(s.failed)),
-        ("label accuracy", lambda s: f"{s.accuracy:.3f}"),
+        ("label accuracy", lambda s: _rate(s.accuracy, s.labelled)),
+        ("  majority-class baseline", lambda s: _rate(s.majority_accuracy, s.labelled)),
         ("aspect precision", lambda s: f"{s.precision:.3f}"),
         ("aspect recall", lambda s: f"{s.recall:.3f}"),
         ("aspect F1", lambda s: f"{s.f1:.3f}"),
@@ -214,6 +179,10 @@ def format_table(scores: dict[str, EvalScores], *, title: str = "ABSA evaluation
     for label, fn in rows:
         table.add_row(label, *(fn(s) for s in scores.values()))
     return table
+
+
+def _rate(value: float | None, n: int) -> str:
+    return "n/a (no gold labels)" if value is None else f"{value:.3f} (n={n})"
 
 
 def _pct(value: float | None) -> str:

@@ -5,12 +5,12 @@ Task specs (``--task``):
 ==========================  ================================================================
 ``arithmetic``              Du et al.'s generator: six integers in [0, 30), ``a+b*c+d-e*f``
 ``gsm8k:FILE.jsonl``        GSM8K lines: ``question``, ``answer`` ending in ``#### N``
-``mcq:FILE.jsonl``          ``question``, ``choices`` (list or {letter: text}), ``answer``
-                            (a letter, or a 0-based index)
-``absa:FILE.jsonl``         aspect sentiment: one item per labelled aspect of the ABSA
-                            pipeline's data (``moot absa`` format: ``sentence``, ``aspects``
-                            with ``term``/``start``/``end``/``polarity``); gold is the
-                            aspect's polarity (positive, negative or neutral)
+``mcq:FILE.jsonl|.csv``     multiple choice in the MMLU, MMLU-Redux and ARC shapes (see
+                            :mod:`moot.bench.datasets`); answer a letter or 0-based index
+``absa:FILE.jsonl|.xml``    aspect sentiment: one item per labelled aspect of moot's ABSA
+                            JSONL or SemEval-2014/15/16 XML (:mod:`moot.absa.dataset`);
+                            gold is the aspect's polarity (``conflict`` kept as a class)
+``semeval:FILE.xml``        the same as ``absa:FILE.xml``
 ``absa``                    the same on the dataset shipped with moot (112 sentences, EN/KO)
 ==========================  ================================================================
 
@@ -18,13 +18,14 @@ The ``absa`` task scores aspect-level polarity given the gold aspect term (the
 ABSC subtask), which is what a vote or a debate can be compared on item by
 item. Aspect *extraction* and the full pipeline (tuple F1, the moderator) are
 scored by ``moot absa-eval``. Sentences without aspects give no items; item ids
-are ``SENTENCE_ID@START`` (the aspect's character offset, unique in a sentence).
+are ``SENTENCE_ID@START`` (see :class:`AbsaTask` for aspects sharing an offset).
 
 Data files are read from disk; nothing is fetched. ``--n`` items are a seeded
 sample: the item order is a shuffle of the whole file by ``random.Random(seed)``
 and the first ``n`` are taken, so a larger ``n`` with the same seed extends the
 same sample (which is what lets ``--resume`` grow a run). Item ids are the
-file's ``id`` field if present, else ``TASK-LINE`` (1-based line number).
+file's ``id`` field if present, else ``TASK-LINE`` (1-based line number); a
+file whose ids repeat is an error naming them.
 
 The arithmetic items are exactly those of Du et al.'s script for the same seed
 (``np.random.seed(seed)``, then ``np.random.randint(0, 30, size=6)`` per item),
@@ -35,9 +36,9 @@ values above 29. Seed 0 gives the paper's items; the first is ``12+15*21+0-3*27`
 
 from __future__ import annotations
 
-import json
 import random
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -45,6 +46,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..prompting import load_prompt
+from .datasets import check_unique_ids, mcq_fields, read_rows
 from .parsers import (
     Parsed,
     canonical_number,
@@ -106,6 +108,8 @@ class Task(ABC):
     """``arithmetic``, ``gsm8k``, ``mcq`` or ``absa``."""
     format_rule: str = "paren"
     """The parser rule of the answer format the prompt asks for (``paren`` or ``boxed``)."""
+    data_notes: tuple[str, ...] = ()
+    """What reading the data left out, and why (filled by :meth:`items`; shown in the report)."""
 
     @abstractmethod
     def items(self, n: int | None, seed: int) -> list[Item]:
@@ -200,27 +204,8 @@ def _data_file(kind: str, path: str | Path) -> Path:
     return out
 
 
-def _read_jsonl(path: Path, task: str) -> list[tuple[int, dict[str, Any]]]:
-    if not path.is_file():
-        raise UsageError(f"{task} data file not found: {path}")
-    rows: list[tuple[int, dict[str, Any]]] = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UsageError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise UsageError(f"{path}:{number}: each line must be a JSON object")
-            rows.append((number, row))
-    if not rows:
-        raise UsageError(f"{path} holds no items")
-    return rows
-
-
-def _sample(items: list[Item], n: int | None, seed: int) -> list[Item]:
+def _sample(items: list[Item], n: int | None, seed: int, source: str | Path) -> list[Item]:
+    check_unique_ids((i.id for i in items), source)
     order = list(items)
     random.Random(seed).shuffle(order)
     return order if n is None else order[:n]
@@ -249,7 +234,7 @@ class GSM8KTask(Task):
         """
         fmt = load_prompt("bench_format_boxed.md")
         items = []
-        for line, row in _read_jsonl(self.path, "gsm8k"):
+        for line, row in read_rows(self.path, "gsm8k"):
             question, answer = row.get("question"), row.get("answer")
             if not isinstance(question, str) or answer is None:
                 raise UsageError(f"{self.path}:{line}: a gsm8k line needs 'question' and 'answer'")
@@ -258,7 +243,7 @@ class GSM8KTask(Task):
                 raise UsageError(f"{self.path}:{line}: the answer does not end in '#### NUMBER'")
             prompt = render_prompt("bench_gsm8k.md", question=question.strip(), format=fmt)
             items.append(Item(id=_item_id(row, "gsm8k", line), prompt=prompt, gold=gold))
-        return _sample(items, n, seed)
+        return _sample(items, n, seed, self.path)
 
     def parse(self, text: str, item: Item, *, truncated: bool = False) -> Parsed:
         r"""Numeric parser (``\boxed{}``, ``####`` or final statement, closing ``(X)``, last number)."""
@@ -274,31 +259,13 @@ class GSM8KTask(Task):
 
 
 class MCQTask(Task):
-    """Multiple choice (MMLU style): ``question``, ``choices``, ``answer`` letter or index."""
+    """Multiple choice: the JSONL and CSV shapes of MMLU, MMLU-Redux and ARC (see :mod:`.datasets`)."""
 
     kind = "mcq"
 
     def __init__(self, path: str | Path) -> None:
         self.path = _data_file(self.kind, path)
         self.spec = f"mcq:{path}"
-
-    @staticmethod
-    def _choices(row: dict[str, Any], where: str) -> dict[str, str]:
-        raw = row.get("choices", row.get("options"))
-        if isinstance(raw, list) and 2 <= len(raw) <= 26:
-            return {chr(ord("A") + i): str(text) for i, text in enumerate(raw)}
-        if isinstance(raw, dict) and raw and all(len(str(k)) == 1 and str(k).isupper() for k in raw):
-            return {str(k): str(v) for k, v in sorted(raw.items())}
-        raise UsageError(f"{where}: 'choices' must be a list of 2-26 options or a {{letter: text}} mapping")
-
-    @staticmethod
-    def _gold(row: dict[str, Any], letters: str, where: str) -> str:
-        answer = row.get("answer")
-        if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(letters):
-            return letters[answer]
-        if isinstance(answer, str) and answer.strip().strip("()").upper() in letters and answer.strip():
-            return answer.strip().strip("()").upper()
-        raise UsageError(f"{where}: 'answer' must be one of {', '.join(letters)} or a 0-based index")
 
     def items(self, n: int | None, seed: int) -> list[Item]:
         """A seeded sample of the file's items (see the module docstring).
@@ -307,19 +274,14 @@ class MCQTask(Task):
             UsageError: a line lacks a question, valid choices or a valid answer.
         """
         items = []
-        for line, row in _read_jsonl(self.path, "mcq"):
-            where = f"{self.path}:{line}"
-            question = row.get("question")
-            if not isinstance(question, str) or not question.strip():
-                raise UsageError(f"{where}: an mcq line needs a 'question'")
-            choices = self._choices(row, where)
+        for line, row in read_rows(self.path, "mcq"):
+            question, choices, gold = mcq_fields(row, f"{self.path}:{line}")
             letters = "".join(choices)
-            gold = self._gold(row, letters, where)
             lines = "\n".join(f"{k}) {v}" for k, v in choices.items())
             fmt = render_prompt("bench_format_choice.md", letters=", ".join(letters))
-            prompt = render_prompt("bench_mcq.md", question=question.strip(), choices=lines, format=fmt)
+            prompt = render_prompt("bench_mcq.md", question=question, choices=lines, format=fmt)
             items.append(Item(id=_item_id(row, "mcq", line), prompt=prompt, gold=gold, letters=letters))
-        return _sample(items, n, seed)
+        return _sample(items, n, seed, self.path)
 
     def parse(self, text: str, item: Item, *, truncated: bool = False) -> Parsed:
         """Letter parser restricted to the item's letters."""
@@ -335,41 +297,65 @@ class MCQTask(Task):
 
 
 class AbsaTask(Task):
-    """Aspect sentiment on the ABSA pipeline's data: one item per gold aspect.
+    """Aspect sentiment on labelled ABSA data: one item per gold aspect.
 
-    The data file is validated with :func:`moot.absa.evaluate.load_dataset` (the
-    same schema as ``moot absa-eval``); ``path`` None reads the shipped dataset.
+    The data file is read by :func:`moot.absa.dataset.read_dataset` (moot's
+    JSONL or SemEval-2014/15/16 XML, the same as ``moot absa-eval``); ``path``
+    None reads the shipped dataset. Item ids are ``SENTENCE_ID@START``; when a
+    sentence has two aspects at one offset (SemEval-2015/16 implicit ``NULL``
+    targets at 0, or one target with two categories) the later ones get
+    ``#2``, ``#3``... in file order. An implicit aspect is asked about by its
+    category in words (``FOOD#QUALITY`` -> "food quality"), a target with two
+    categories by both ("wine list (drinks prices)"). The labels are
+    positive, negative and neutral, plus ``conflict`` when the data has that
+    class (SemEval-2014); ``exclude_conflict`` leaves those aspects out instead,
+    and :attr:`data_notes` says how many.
     """
 
     kind = "absa"
-    labels: tuple[str, ...] = ("positive", "negative", "neutral")
-    """The valid answers, in the order the prompt lists them."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = _data_file(self.kind, path) if path is not None else None
+    def __init__(self, path: str | Path | None = None, *, exclude_conflict: bool = False) -> None:
+        if path is not None:
+            _data_file(self.kind, str(path).removeprefix("semeval:"))
+        self.path = path
         self.spec = f"absa:{path}" if path is not None else "absa"
+        self.exclude_conflict = exclude_conflict
+        self.labels: tuple[str, ...] = ("positive", "negative", "neutral")
+        """The valid answers, in the order the prompt lists them (``conflict`` added when the data has it)."""
 
     def items(self, n: int | None, seed: int) -> list[Item]:
         """A seeded sample of the (sentence, aspect) pairs (see the module docstring).
 
         Raises:
-            UsageError: a line is not a valid ABSA item (its line number is named).
+            UsageError: a line is not a valid ABSA item (its line and fields are named), or
+                sentence ids repeat.
         """
-        from ..absa.evaluate import load_dataset
+        from ..absa.dataset import read_dataset
 
+        data = read_dataset(self.path, conflict="exclude" if self.exclude_conflict else "keep")
+        notes = [f"rejected {r}" for r in data.rejected]
+        if data.excluded_conflict:
+            notes.append(f"{data.excluded_conflict} aspects labelled conflict excluded (--exclude-conflict)")
+        self.data_notes = tuple(notes)
+        if any(a.polarity == "conflict" for row in data.items for a in row.aspects):
+            self.labels = ("positive", "negative", "neutral", "conflict")
         fmt = self.format_instruction(Item(id="", prompt="", gold=""))
         items = []
-        for row in load_dataset(self.path):
+        for row in data.items:
+            shared = Counter(a.start for a in row.aspects)
+            seen: Counter[int] = Counter()
             for aspect in row.aspects:
-                prompt = render_prompt("bench_absa.md", term=aspect.term, sentence=row.sentence, format=fmt)
-                items.append(
-                    Item(
-                        id=f"{row.id}@{aspect.start}", prompt=prompt, gold=aspect.polarity, aspect=aspect.term
-                    )
-                )
+                seen[aspect.start] += 1
+                suffix = f"#{seen[aspect.start]}" if seen[aspect.start] > 1 else ""
+                name = aspect.name
+                if aspect.term and aspect.category and shared[aspect.start] > 1:  # one term, two categories
+                    name = f"{aspect.term} ({aspect.category.replace('#', ' ').replace('_', ' ').lower()})"
+                prompt = render_prompt("bench_absa.md", term=name, sentence=row.sentence, format=fmt)
+                item_id = f"{row.id}@{aspect.start}{suffix}"
+                items.append(Item(id=item_id, prompt=prompt, gold=aspect.polarity, aspect=name))
         if not items:
             raise UsageError(f"{self.path or 'the absa dataset'} holds no labelled aspects")
-        return _sample(items, n, seed)
+        return _sample(items, n, seed, self.path or "the absa dataset")
 
     def parse(self, text: str, item: Item, *, truncated: bool = False) -> Parsed:
         """Label parser (marker, statements about the asked aspect, bare label)."""
@@ -384,13 +370,15 @@ class AbsaTask(Task):
         return render_prompt("bench_format_label.md", labels=", ".join(self.labels))
 
 
-def make_task(spec: str) -> Task:
-    """The task for a ``--task`` string.
+def make_task(spec: str, *, exclude_conflict: bool = False) -> Task:
+    """The task for a ``--task`` string (``exclude_conflict``: leave out ABSA ``conflict`` aspects).
 
     Raises:
         UsageError: unknown task or missing file.
     """
     kind, _, rest = spec.strip().partition(":")
+    if kind == "semeval" and rest:
+        return AbsaTask(spec.strip(), exclude_conflict=exclude_conflict)
     if kind == "arithmetic" and not rest:
         return ArithmeticTask()
     if kind == "gsm8k" and rest:
@@ -398,7 +386,8 @@ def make_task(spec: str) -> Task:
     if kind == "mcq" and rest:
         return MCQTask(rest)
     if kind == "absa":
-        return AbsaTask(rest or None)
+        return AbsaTask(rest or None, exclude_conflict=exclude_conflict)
     raise UsageError(
-        f"unknown task {spec!r}; use arithmetic, gsm8k:FILE.jsonl, mcq:FILE.jsonl or absa[:FILE.jsonl]"
+        f"unknown task {spec!r}; use arithmetic, gsm8k:FILE.jsonl, mcq:FILE.jsonl|.csv, "
+        "absa[:FILE.jsonl|.xml] or semeval:FILE.xml"
     )
