@@ -53,6 +53,13 @@ def arg(text: str, conf: float, evidence: list[str] | None = None) -> dict[str, 
     return {"content": text, "confidence": conf, "supporting_evidence": evidence or []}
 
 
+EVIDENCE = ["remote staff logged more focused hours", "a 2023 survey found output rose"]
+
+
+def refinement(text: str) -> dict[str, object]:
+    return {"synthesis": text, "agreements": ["both cite output"], "open_questions": []}
+
+
 def mod(conf: float, leaning: str = "support") -> dict[str, object]:
     return {"evaluation": "e", "leaning": leaning, "consensus_reached": conf > 0.8, "confidence": conf}
 
@@ -132,7 +139,7 @@ def test_subgraph_has_one_node_per_speaker_and_seed_002_edges() -> None:
 
 def test_subgraph_adversarial_stops_early_like_the_engine() -> None:
     script: dict[str, list[Reply]] = {
-        "proponent": [arg("for", 0.9, ["e1", "e2"])],
+        "proponent": [arg("for", 0.9, EVIDENCE)],
         "opponent": [arg("against", 0.4)],
         "moderator": [mod(0.85)],
     }
@@ -161,9 +168,9 @@ def test_subgraph_adversarial_runs_to_max_rounds_when_threshold_not_exceeded() -
 
 def test_subgraph_extended_runs_four_in_parallel_then_refiner_then_moderator() -> None:
     script: dict[str, list[Reply]] = {
-        k: [arg(f"{k}{r}", 0.6) for r in (1, 2, 3)]
-        for k in ("proponent", "opponent", "advocate", "critic", "refiner")
+        k: [arg(f"{k}{r}", 0.6) for r in (1, 2, 3)] for k in ("proponent", "opponent", "advocate", "critic")
     }
+    script["refiner"] = [refinement(f"refiner{r}") for r in (1, 2, 3)]
     script["moderator"] = [mod(0.5), mod(0.5), mod(0.5)]
     engine, engine_model, engine_events, result, model, events = both_ways(
         "adversarial-extended", script, delay=0.02
@@ -238,7 +245,7 @@ def test_subgraph_rejects_empty_topic_and_reports_missing_langgraph(monkeypatch:
 def test_adversarial_subgraph_example_inside_a_parent_graph(subgraph_example: ModuleType) -> None:
     model = ScriptedModel(
         {
-            "proponent": [arg("for", 0.9, ["e1", "e2"])],
+            "proponent": [arg("for", 0.9, EVIDENCE)],
             "opponent": [arg("against", 0.4)],
             "moderator": [mod(0.9)],
         }
@@ -264,8 +271,9 @@ def test_adversarial_subgraph_example_extended_and_main(
     subgraph_example: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     script: dict[str, list[Reply]] = {
-        k: [arg(k, 0.6)] * 3 for k in ("proponent", "opponent", "advocate", "critic", "refiner")
+        k: [arg(k, 0.6)] * 3 for k in ("proponent", "opponent", "advocate", "critic")
     }
+    script["refiner"] = [refinement("refiner")] * 3
     script["moderator"] = [mod(0.5), mod(0.95)]
     model = ScriptedModel(script, delay=0.02)
     build = subgraph_example.build_parent

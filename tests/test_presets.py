@@ -10,6 +10,13 @@ def arg(text: str, conf: float, evidence: list[str] | None = None) -> dict[str, 
     return {"content": text, "confidence": conf, "supporting_evidence": evidence or []}
 
 
+EVIDENCE = ["remote staff logged more focused hours", "a 2023 survey found output rose"]
+
+
+def refinement(text: str) -> dict[str, object]:
+    return {"synthesis": text, "agreements": ["both cite output"], "open_questions": []}
+
+
 def mod(conf: float, leaning: str = "support") -> dict[str, object]:
     return {"evaluation": "e", "leaning": leaning, "consensus_reached": conf > 0.8, "confidence": conf}
 
@@ -25,7 +32,7 @@ def test_every_preset_loads_and_describes_itself() -> None:
 def test_adversarial_stops_early_when_moderator_is_confident() -> None:
     model = ScriptedModel(
         {
-            "proponent": [arg("for", 0.9, ["e1", "e2"])],
+            "proponent": [arg("for", 0.9, EVIDENCE)],
             "opponent": [arg("against", 0.4)],
             "moderator": [mod(0.85)],
         }
@@ -56,9 +63,9 @@ def test_adversarial_threshold_is_strict_and_runs_to_max_rounds() -> None:
 
 def test_adversarial_extended_runs_four_concurrently_then_refiner_then_moderator() -> None:
     script: dict[str, list[Reply]] = {
-        k: [arg(f"{k}{r}", 0.6) for r in (1, 2, 3)]
-        for k in ("proponent", "opponent", "advocate", "critic", "refiner")
+        k: [arg(f"{k}{r}", 0.6) for r in (1, 2, 3)] for k in ("proponent", "opponent", "advocate", "critic")
     }
+    script["refiner"] = [refinement(f"refiner{r}") for r in (1, 2, 3)]
     script["moderator"] = [mod(0.5), mod(0.5), mod(0.5)]
     model = ScriptedModel(script, delay=0.02)
     result = Debate("adversarial-extended", model=model).run_sync("X")
@@ -78,7 +85,7 @@ def test_adversarial_extended_runs_four_concurrently_then_refiner_then_moderator
 def test_consensus_strategies_are_configurable(strategy: str, label: str) -> None:
     model = ScriptedModel(
         {
-            "proponent": [arg("p", 0.3, ["a", "b"])],  # strength 0.3, evidence 1.0
+            "proponent": [arg("p", 0.3, EVIDENCE)],  # strength 0.3, evidence 1.0
             "opponent": [arg("o", 0.95)],  # strength 0.475, evidence 0.5
             "moderator": [mod(0.9, "support")],
         }

@@ -140,15 +140,14 @@ class DebateRun:
         p = self.protocol
         rnd = self.current_round()
         seen = [t for t in rnd.turns if self._stage_of.get(id(t), stage) < stage]
-        task = p.first_round_task if number == 1 and p.first_round_task else p.task
         turn = await self._call(
             p.personas[key],
             phase="turn",
             rnd=number,
-            prompt=p.speaker_prompt,
+            prompt=p.prompt_for(key),
             section="HISTORY",
             visible=self._visible(key, number, seen),
-            task=task,
+            task=p.task_for(key, number),
             output=p.output_for(key),
             max_tokens=p.max_tokens_per_turn,
         )
@@ -225,7 +224,7 @@ class DebateRun:
                 if self.initial_answer is not None
                 else consensus.best_answer(self.result, self.protocol.answer_field)
             )
-        self.result.metrics.update(consensus.quality_metrics(self.result))
+        self.result.metrics.update(consensus.quality_metrics(self.result, self.protocol.decision_speakers))
         self.result.timings.wall_ms = (time.perf_counter() - self._t0) * 1000
         await self.emit("debate_completed", result=self.result)
         return self.result
@@ -393,7 +392,9 @@ class DebateRun:
             value = verdict.get(p.judge.answer_field) if p.judge.answer_field else verdict.text
             self.result.final_answer = value if isinstance(value, str) else verdict.text
         elif p.aggregation != "none":
-            decision = consensus.decide(p.aggregation, self.result, answer_field=p.answer_field)
+            decision = consensus.decide(
+                p.aggregation, self.result, answer_field=p.answer_field, speakers=p.decision_speakers
+            )
             self.result.decision = decision
             self.result.final_answer = decision.label
 

@@ -85,6 +85,17 @@ class JudgeSpec(_Strict):
     """The instruction closing the prompt."""
 
 
+class SpeakerSpec(_Strict):
+    """A speaker's own prompt and task, where it differs from the other speakers' (seed 002's refiner)."""
+
+    prompt: str | None = None
+    """Prompt file for this speaker's turns (default: the protocol's ``speaker_prompt``)."""
+    output: str | None = None
+    """Output schema for this speaker's turns (default: the persona's, else ``turn_output``)."""
+    task: str | None = None
+    """Instruction closing this speaker's prompt in every round (default: the protocol's)."""
+
+
 class EarlyStop(_Strict):
     """When to end the debate before its last round."""
 
@@ -131,6 +142,11 @@ class Protocol(_Strict):
     """Default output schema for speaker turns."""
     speaker_prompt: str = "speaker.md"
     """Prompt file for speaker turns."""
+    speakers_spec: dict[str, SpeakerSpec] = Field(default_factory=dict)
+    """Per-speaker prompt, output schema and task, by persona key."""
+    decision_speakers: list[str] | None = None
+    """Speakers whose arguments the ``confidence_weighted`` and ``evidence_based`` rules count
+    (None: every speaker with stance pro or con). Seed 002 counts the proponent and the opponent."""
     first_round_task: str | None = None
     """Instruction for round 1 (default: ``task``)."""
     task: str = "Make your contribution to the debate."
@@ -176,18 +192,28 @@ class Protocol(_Strict):
         for key in self.speakers():
             if key not in self.personas:
                 raise ValueError(f"order names unknown persona {key!r}; known: {', '.join(self.personas)}")
-        for label, spec in (("moderator", self.moderator), ("judge", self.judge)):
-            if spec is not None:
-                if spec.persona not in self.personas:
-                    raise ValueError(f"{label}.persona names unknown persona {spec.persona!r}")
-                get_output(spec.output)
-        get_output(self.turn_output)
-        for persona in self.personas.values():
-            if persona.output:
-                get_output(persona.output)
+        for label, step in (("moderator", self.moderator), ("judge", self.judge)):
+            if step is not None and step.persona not in self.personas:
+                raise ValueError(f"{label}.persona names unknown persona {step.persona!r}")
+        self._check_outputs()
         if self.aggregation == "judge" and self.judge is None:
             raise ValueError("aggregation 'judge' needs a judge")
         return self
+
+    def _check_outputs(self) -> None:
+        for label, keys in (
+            ("speakers_spec", self.speakers_spec),
+            ("decision_speakers", self.decision_speakers),
+        ):
+            unknown = [k for k in keys or () if k not in self.personas]
+            if unknown:
+                raise ValueError(f"{label} names unknown persona {unknown[0]!r}")
+        names = [self.turn_output, *(p.output for p in self.personas.values())]
+        names += [s.output for s in self.speakers_spec.values()]
+        names += [step.output for step in (self.moderator, self.judge) if step is not None]
+        for name in names:
+            if name:
+                get_output(name)  # raises ConfigError naming the schema
 
     def stages(self) -> list[list[str]]:
         """The groups of one round, in order; each group runs concurrently."""
@@ -201,7 +227,20 @@ class Protocol(_Strict):
 
     def output_for(self, key: str) -> str:
         """Output schema name for a speaker's turns."""
-        return self.personas[key].output or self.turn_output
+        spec = self.speakers_spec.get(key)
+        return (spec.output if spec else None) or self.personas[key].output or self.turn_output
+
+    def prompt_for(self, key: str) -> str:
+        """Prompt file for a speaker's turns."""
+        spec = self.speakers_spec.get(key)
+        return (spec.prompt if spec else None) or self.speaker_prompt
+
+    def task_for(self, key: str, number: int) -> str:
+        """The instruction closing speaker ``key``'s prompt in round ``number``."""
+        spec = self.speakers_spec.get(key)
+        if spec is not None and spec.task:
+            return spec.task
+        return self.first_round_task if number == 1 and self.first_round_task else self.task
 
 
 def _preset_dir() -> Any:

@@ -29,6 +29,7 @@ __all__ = [
     "PatchJudgement",
     "PatchTurn",
     "PrtTurn",
+    "Refinement",
     "ProposedEdit",
     "Synthesis",
     "get_output",
@@ -103,6 +104,22 @@ class Moderation(_Out):
     consensus_reached: bool = Field(description="true if further debate is unlikely to change the outcome")
     open_questions: list[str] = Field(default_factory=list, description="points needing more debate")
     confidence: Confidence = Field(description="confidence in the current understanding, 0 to 1")
+    pro_logic: Confidence | None = Field(
+        None, description="how logically sound the FOR side's arguments of this round are, 0 to 1"
+    )
+    con_logic: Confidence | None = Field(
+        None, description="how logically sound the AGAINST side's arguments of this round are, 0 to 1"
+    )
+
+
+class Refinement(_Out):
+    """The refiner's synthesis of a round (seed 002, extended mode): it takes no side."""
+
+    synthesis: str = Field(description="a refined synthesis integrating the valid points of all perspectives")
+    agreements: list[str] = Field(default_factory=list, description="points the sides agree on")
+    disagreements: list[str] = Field(default_factory=list, description="points still in dispute")
+    resolutions: list[str] = Field(default_factory=list, description="resolution paths or compromises")
+    open_questions: list[str] = Field(default_factory=list, description="key remaining questions")
 
 
 class DebateSummary(_Out):
@@ -188,6 +205,7 @@ _OUTPUTS: dict[str, type[BaseModel]] = {
     "prt": PrtTurn,
     "argument": Argument,
     "moderation": Moderation,
+    "refinement": Refinement,
     "summary": DebateSummary,
     "synthesis": Synthesis,
     "patch": PatchTurn,

@@ -105,7 +105,16 @@ class Turn(BaseModel):
     @property
     def text(self) -> str:
         """The turn's main text: answer, message, argument or explanation, whichever it has."""
-        for key in ("final_answer", "answer", "message", "content", "evaluation", "explanation", "consensus"):
+        for key in (
+            "final_answer",
+            "answer",
+            "message",
+            "content",
+            "synthesis",
+            "evaluation",
+            "explanation",
+            "consensus",
+        ):
             value = self.get(key)
             if isinstance(value, str) and value:
                 return value
@@ -134,6 +143,9 @@ class Decision(BaseModel):
     """Confidence of the decision in [0, 1]."""
     details: dict[str, Any] = Field(default_factory=dict)
     """Scores and counts behind it."""
+    warnings: list[str] = Field(default_factory=list)
+    """Why the decision may claim more than it knows: failed turns left out, missing or
+    degenerate evidence, missing votes (rules in ``moot.consensus``)."""
 
 
 class Timings(BaseModel):

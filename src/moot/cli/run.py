@@ -122,6 +122,8 @@ def _summary(console: Console, result: DebateResult) -> None:
     if result.decision is not None:
         d = result.decision
         table.add_row("decision", f"{d.label} ({d.strategy}, confidence {d.confidence})")
+        for warning in d.warnings:  # a decision made on missing information says so
+            table.add_row("[yellow]warning[/]", f"[yellow]{escape(warning)}[/]")
     table.add_row("final answer", escape(result.final_answer or "(none)"))
     if result.fallback:
         table.add_row("fallback", f"[yellow]{escape(result.fallback)}[/]")
