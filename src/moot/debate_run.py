@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -24,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 from . import consensus
 from .errors import BudgetExceeded, ModelError
 from .models import Model
+from .models.base import CallStats
 from .prompting import build_messages, render_context
 from .protocol import JudgeSpec, Protocol
 from .schemas import get_output
 from .structured import ask
 from .transcript import DebateResult, Event, EventKind, Persona, Round, Timings, Turn
+from .turns import cancelled_turn, trim, turn_from
 
 if TYPE_CHECKING:
     from .engine import Debate
@@ -36,7 +39,10 @@ if TYPE_CHECKING:
 __all__ = ["DebateRun", "EventCallback"]
 
 EventCallback = Callable[[Event], Awaitable[None] | None]
-"""Called with every event; may be sync or async."""
+"""Called with every event; may be sync or async. An exception it raises ends the run and
+reaches the caller of :meth:`Debate.run` (turns in flight are cancelled and awaited first)."""
+
+logger = logging.getLogger(__name__)
 
 
 class _Stop(Exception):
@@ -64,11 +70,13 @@ class DebateRun:
         self.context_json = render_context(context)
         self.initial_answer = initial_answer
         self.on_event = on_event
-        self.id = uuid.uuid4().hex[:12]  # unique across processes: stored runs hold many debates
+        self.id = uuid.uuid4().hex[:12]
+        """Unique across processes, so events and stores from many runs never collide."""
         self.fallback: str | None = None
         """The first reason the debate must fall back, or None."""
         self.result = DebateResult(
             topic=topic,
+            id=self.id,
             protocol=self.protocol.name,
             personas=list(self.protocol.personas.values()),
             timings=Timings(started_at=time.time()),
@@ -158,16 +166,25 @@ class DebateRun:
         return turn
 
     async def play_stage(self, number: int, stage: int) -> None:
-        """All speakers of one stage, concurrently; siblings are cancelled once the run must stop."""
+        """All speakers of one stage, concurrently; siblings are cancelled once the run must stop.
+
+        Every task is awaited. An exception that is not a run-time failure (an ``on_event``
+        callback that raised, a usage error) cancels the siblings and is re-raised.
+        """
         tasks = [asyncio.create_task(self.speak(k, number, stage)) for k in self.protocol.stages()[stage]]
         pending = set(tasks)
-        while pending:
-            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if self.fallback is not None and pending:
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-                return
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # re-raise what a turn could not record as a failed turn
+                if self.fallback is not None:
+                    break
+        finally:
+            for task in pending:
+                task.cancel()
+            # Cancelled turns record themselves (marked cancelled, usage kept) as they unwind.
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def moderate(self, number: int) -> Turn | None:
         """The moderator's evaluation of round ``number`` (if any), then ``round_completed``."""
@@ -176,12 +193,9 @@ class DebateRun:
         rnd = self.current_round()
         spec = self.protocol.moderator
         if spec is not None:
-            rnd.moderator = await self._guard(self._step(spec, "moderator", number, rnd.turns))
-            if rnd.moderator is None:
-                return None
-            await self.emit(
-                "judge_completed", round=number, speaker=rnd.moderator.speaker, turn=rnd.moderator
-            )
+            await self._guard(self._step(spec, "moderator", number, rnd.turns))
+            if self.fallback is not None:
+                return rnd.moderator
         await self.emit("round_completed", round=number)
         return rnd.moderator
 
@@ -204,14 +218,8 @@ class DebateRun:
         if self.fallback is not None or self.protocol.judge is None:
             return None
         last = self.result.rounds[-1].number if self.result.rounds else 0
-        verdict: Turn | None = await self._guard(
-            self._step(self.protocol.judge, "judge", last, self.result.turns())
-        )
-        if verdict is not None:
-            self._check_spans(verdict)
-            self.result.verdict = verdict
-            await self.emit("judge_completed", round=last, speaker=verdict.speaker, turn=verdict)
-        return verdict
+        await self._guard(self._step(self.protocol.judge, "judge", last, self.result.turns()))
+        return self.result.verdict
 
     async def finish(self) -> DebateResult:
         """Decide (or fall back), stamp the timings, emit ``debate_completed``."""
@@ -283,45 +291,65 @@ class DebateRun:
         def on_retry(attempt: int, err: ModelError, wait: float) -> None:
             retries.append(f"{persona.key}: retry {attempt + 1} in {wait:.2f}s after {err}")
 
-        outcome = await ask(
-            model,
-            messages,
-            output_type,
-            max_tokens=max_tokens,
-            temperature=self.protocol.temperature,
-            metadata={"speaker": persona.key, "round": rnd, "phase": phase, "debate": self.id},
-            retry=self.protocol.retry,
-            before_call=self._before_call,
-            on_retry=on_retry,
-        )
+        stats = CallStats()
+        started = time.perf_counter()
+        try:
+            outcome = await ask(
+                model,
+                messages,
+                output_type,
+                max_tokens=max_tokens,
+                temperature=self.protocol.temperature,
+                metadata={"speaker": persona.key, "round": rnd, "phase": phase, "debate": self.id},
+                retry=self.protocol.retry,
+                before_call=self._before_call,
+                on_retry=on_retry,
+                stats=stats,
+            )
+        except asyncio.CancelledError:
+            # The run stopped (deadline, a sibling's fallback) with this call in flight: keep the
+            # turn, marked cancelled, with the requests it already sent in the usage.
+            self._record_cancelled(persona, phase, rnd, output, model, stats, started)
+            raise
         for msg in retries:
             await self.emit("retry", round=rnd, speaker=persona.key, message=msg)
-        kind = None
-        if not outcome.ok:
-            kind = type(outcome.exception).__name__ if outcome.exception else "invalid_output"
-        turn = Turn(
-            speaker=persona.key,
-            round=rnd,
-            phase=phase,
-            stance=persona.stance,
-            output=output,
-            content=outcome.value.model_dump(mode="json") if outcome.value is not None else None,
-            raw=None if outcome.ok else outcome.raw,
-            error=outcome.error,
-            error_kind=kind,
-            repaired=outcome.repaired,
-            model=outcome.model or model.name,
-            usage=outcome.usage,
-            latency_ms=outcome.latency_ms,
-        )
+        turn = turn_from(outcome, persona, phase, rnd, output, model.name)
         if turn.ok:
-            _trim(turn, model, max_tokens)
-        self.result.usage = self.result.usage + outcome.usage
-        self.result.timings.model_ms += outcome.latency_ms
+            trim(turn, model, max_tokens)
+        self._account(turn)
         if not turn.ok:
             self.result.failed_turns += 1
+            logger.warning(
+                "debate %s: %s %s (round %s) failed: %s", self.id, phase, persona.key, rnd, turn.error
+            )
             await self.emit("error", round=rnd, speaker=persona.key, message=turn.error)
         return turn
+
+    def _account(self, turn: Turn) -> None:
+        self.result.usage = self.result.usage + turn.usage
+        self.result.timings.model_ms += turn.latency_ms
+        self.result.timings.queue_ms += turn.queue_ms
+
+    def _record_cancelled(
+        self,
+        persona: Persona,
+        phase: str,
+        rnd: int,
+        output: str,
+        model: Model,
+        stats: CallStats,
+        started: float,
+    ) -> None:
+        reason = self.fallback or "cancelled"
+        turn = cancelled_turn(persona, phase, rnd, output, model.name, stats, started, reason)
+        self._account(turn)
+        self.result.cancelled_turns += 1
+        if phase == "judge":
+            self.result.verdict = turn
+        elif phase == "moderator":
+            self.current_round().moderator = turn
+        else:
+            self.current_round().turns.append(turn)
 
     async def _step(self, spec: JudgeSpec, phase: str, number: int, visible: list[Turn]) -> Turn:
         turn = await self._call(
@@ -335,6 +363,14 @@ class DebateRun:
             output=spec.output,
             max_tokens=spec.max_tokens or self.protocol.max_tokens_per_turn,
         )
+        # Recorded before any stop decision, so a failed judge or moderator stays in the transcript.
+        if phase == "judge":
+            if turn.ok:
+                self._check_spans(turn)
+            self.result.verdict = turn
+        else:
+            self.current_round().moderator = turn
+        await self.emit("judge_completed", round=number, speaker=turn.speaker, turn=turn)
         if not turn.ok and phase == "judge" and self.protocol.aggregation == "judge":
             raise _Stop(f"judge failed: {turn.error}")
         self._check_failure(turn, f"{phase} failed")
@@ -343,7 +379,7 @@ class DebateRun:
     def _check_failure(self, turn: Turn, what: str) -> None:
         if turn.ok:
             return
-        if turn.error_kind == "ModelConnectionError":
+        if turn.error_kind in ("ModelConnectionError", "ModelTimeoutError"):
             # Retries are exhausted: every later call would fail the same way, slowly.
             raise _Stop(f"backend unreachable: {turn.error}")
         if self.protocol.on_turn_failure == "fallback":
@@ -401,36 +437,3 @@ class DebateRun:
 
 def _round_turns(rnd: Round) -> list[Turn]:
     return rnd.turns + ([rnd.moderator] if rnd.moderator is not None else [])
-
-
-def _trim(turn: Turn, model: Model, cap: int) -> None:
-    """Cut the main text to ``cap`` tokens (seed 000: over-long answers are trimmed)."""
-    assert turn.content is not None
-    for key in ("answer", "final_answer", "message", "content"):
-        text = turn.content.get(key)
-        if isinstance(text, str) and text:
-            trimmed = trim_text(text, cap, model.count_tokens)
-            if trimmed != text:
-                turn.content[key] = trimmed
-                turn.trimmed = True
-            return
-
-
-def trim_text(text: str, cap: int, count: Callable[[str], int | None]) -> str:
-    """The longest word prefix of ``text`` within ``cap`` tokens (4 chars/token if no tokenizer)."""
-
-    def tokens(s: str) -> int:
-        n = count(s)
-        return n if n is not None else (len(s) + 3) // 4
-
-    if tokens(text) <= cap:
-        return text
-    words = text.split(" ")
-    lo, hi = 0, len(words)
-    while lo < hi:  # binary search: few tokenizer calls even for long texts
-        mid = (lo + hi + 1) // 2
-        if tokens(" ".join(words[:mid])) <= cap:
-            lo = mid
-        else:
-            hi = mid - 1
-    return " ".join(words[:lo]).rstrip()

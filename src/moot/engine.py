@@ -16,6 +16,7 @@ from typing import Any
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
 from .models import Model, resolve_model
+from .prompting import load_prompt
 from .protocol import Protocol, load_protocol
 from .transcript import DebateResult, Event
 
@@ -33,7 +34,8 @@ class Debate:
         overrides: protocol fields to override (``rounds``, ``timeout``...).
 
     Raises:
-        ConfigError: invalid protocol, or ``role_models`` names an unknown persona.
+        ConfigError: invalid protocol, a prompt file that does not exist, or ``role_models``
+            names an unknown persona.
     """
 
     def __init__(
@@ -45,6 +47,11 @@ class Debate:
         overrides: dict[str, Any] | None = None,
     ) -> None:
         self.protocol = load_protocol(protocol, overrides)
+        # A missing prompt file is a configuration error: fail now, not in the middle of a run.
+        for step in (self.protocol.moderator, self.protocol.judge):
+            if step is not None:
+                load_prompt(step.prompt)
+        load_prompt(self.protocol.speaker_prompt)
         self._default_spec = model
         self._models: dict[str, Model] = {}
         self._role_specs: dict[str, str | Model] = {}
@@ -80,6 +87,11 @@ class Debate:
     ) -> DebateResult:
         """Run the debate and return its result; never raises for run-time failures.
 
+        A backend failure, or an unexpected exception inside a backend, becomes a failed
+        turn in the result (``error``, ``error_kind``, raw text). What is not a run-time
+        failure reaches the caller, after every turn in flight is cancelled and awaited:
+        a usage error, or an exception raised by ``on_event``.
+
         Args:
             topic: the question, claim or sentence.
             context: shared context (dict, list, pydantic model or text), shown as JSON.
@@ -91,6 +103,7 @@ class Debate:
 
         Raises:
             UsageError: empty topic, or a model spec that cannot be resolved.
+            Exception: whatever ``on_event`` raised.
         """
         if not debate_mode or not self.protocol.enabled:
             return await self.start(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -19,11 +20,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import ModelError
-from .models.base import Message, Model, ModelRequest, ModelResponse, Usage
+from .errors import ModelError, UsageError
+from .models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage
 from .models.retry import RetryPolicy, call_model
 
 __all__ = ["Outcome", "ask", "extract_json", "json_schema", "schema_hint"]
+
+logger = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
@@ -104,9 +107,11 @@ class Outcome:
     exception: Exception | None = None
     """The backend exception, when the failure was a ModelError."""
     usage: Usage = field(default_factory=Usage)
-    """Usage summed over the call and its repair."""
+    """Usage summed over the call and its repair (``attempts``: requests sent, retries included)."""
     latency_ms: float = 0.0
-    """Wall time, retries and repair included."""
+    """Wall time, retries and repair included, time waiting for the model's concurrency gate not."""
+    queue_ms: float = 0.0
+    """Time spent waiting for the model's concurrency gate."""
     repaired: bool = False
     """True when the repair request produced the valid value."""
     finish_reason: str | None = None
@@ -153,6 +158,7 @@ async def ask(
     retry: RetryPolicy | None = None,
     before_call: Callable[[], None] | None = None,
     on_retry: Callable[[int, ModelError, float], None] | None = None,
+    stats: CallStats | None = None,
 ) -> Outcome:
     """Ask ``model`` for one ``output_type`` object; validate, repair once, or fail.
 
@@ -167,15 +173,21 @@ async def ask(
         retry: policy for transient backend errors.
         before_call: called before each request (budgets raise from here).
         on_retry: called before each retry wait.
+        stats: kept up to date while the call runs (so a cancelled caller knows what was spent).
 
     Returns:
-        An Outcome; backend failures after retries are returned as failed
-        outcomes (``exception`` set), never raised, except exceptions raised by
-        ``before_call`` (budgets), which propagate.
+        An Outcome. Backend failures after retries, and unexpected exceptions from
+        the backend (a bug; logged with its traceback), are returned as failed
+        outcomes (``exception`` set), never raised.
+
+    Raises:
+        UsageError: the call cannot work at all (e.g. ModelRequestsBlocked).
+        BudgetExceeded: raised by ``before_call``.
     """
     meta = dict(metadata or {})
     schema = json_schema(output_type)
     out = Outcome()
+    stats = stats if stats is not None else CallStats()
     started = time.perf_counter()
     convo = list(messages)
     for attempt in (0, 1):
@@ -191,11 +203,16 @@ async def ask(
             metadata={**meta, "attempt": attempt},
         )
         try:
-            response: ModelResponse = await call_model(model, request, retry, on_retry=on_retry)
+            response: ModelResponse = await call_model(model, request, retry, on_retry=on_retry, stats=stats)
         except ModelError as exc:
             out.error, out.exception = f"{type(exc).__name__}: {exc}", exc
             break
-        out.usage = out.usage + response.usage
+        except UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a backend bug must fail this turn, not vanish
+            logger.exception("%s raised an unexpected %s", model.name, type(exc).__name__)
+            out.error, out.exception = f"unexpected {type(exc).__name__} from {model.name}: {exc}", exc
+            break
         out.raw, out.finish_reason, out.model = response.text, response.finish_reason, response.model
         value, error = _validate(output_type, response.text)
         if value is not None:
@@ -215,5 +232,7 @@ async def ask(
                 ),
             ),
         ]
-    out.latency_ms = (time.perf_counter() - started) * 1000
+    out.usage = stats.usage.model_copy()
+    out.queue_ms = stats.queue_s * 1000
+    out.latency_ms = (time.perf_counter() - started) * 1000 - out.queue_ms
     return out

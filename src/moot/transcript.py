@@ -81,17 +81,22 @@ class Turn(BaseModel):
     error: str | None = None
     """Why the turn failed; None on success."""
     error_kind: str | None = None
-    """``invalid_output`` or the backend exception's class name (``ModelConnectionError``...)."""
+    """``invalid_output``, ``cancelled``, or the backend exception's class name (``ModelTimeoutError``...)."""
     repaired: bool = False
     """True when the first output was invalid and the repair request fixed it."""
     trimmed: bool = False
     """True when the main text was cut to the per-turn token cap."""
+    cancelled: bool = False
+    """True when the debate stopped (deadline, a fallback) while this turn was in flight;
+    its ``usage`` still counts the requests it had sent."""
     model: str = ""
     """The model that produced it."""
     usage: Usage = Field(default_factory=Usage)
     """Calls and tokens spent on this turn (the repair request included)."""
     latency_ms: float = 0.0
-    """Wall time of the turn, retries included."""
+    """Wall time of the turn, retries included, waiting for the model's concurrency gate not."""
+    queue_ms: float = 0.0
+    """Time the turn waited for the model's concurrency gate (other calls were using the model)."""
 
     @property
     def ok(self) -> bool:
@@ -157,6 +162,8 @@ class Timings(BaseModel):
     """Total wall time."""
     model_ms: float = 0.0
     """Sum of turn latencies (exceeds wall_ms when turns overlap)."""
+    queue_ms: float = 0.0
+    """Sum of the turns' waits for a model's concurrency gate."""
 
 
 class DebateResult(BaseModel):
@@ -164,6 +171,8 @@ class DebateResult(BaseModel):
 
     topic: str
     """The question, claim or sentence debated."""
+    id: str = ""
+    """The run's id (a uuid4 hex, the ``debate_id`` of its events)."""
     protocol: str
     """The protocol's name."""
     personas: list[Persona]
@@ -189,7 +198,9 @@ class DebateResult(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     """Protocol-specific quality metrics (documented where computed)."""
     failed_turns: int = 0
-    """Turns recorded as failed (never invented)."""
+    """Turns recorded as failed (never invented); cancelled turns are not counted here."""
+    cancelled_turns: int = 0
+    """Turns cut short because the debate stopped while they were in flight."""
 
     def turns(self, *, include_judge: bool = False) -> list[Turn]:
         """All speaker turns in round order (plus moderator turns and, if asked, the verdict)."""
@@ -221,7 +232,7 @@ class Event(BaseModel):
     kind: EventKind
     """What happened."""
     debate_id: str = ""
-    """Identifies the debate within a process."""
+    """Identifies the debate run (a uuid4 hex, unique across processes)."""
     time: float = 0.0
     """Unix time."""
     round: int | None = None

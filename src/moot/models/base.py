@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import weakref
 from abc import ABC, abstractmethod
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,12 +15,14 @@ from ..errors import ModelRequestsBlocked
 
 __all__ = [
     "ALLOW_MODEL_REQUESTS",
+    "CallStats",
     "Message",
     "Model",
     "ModelRequest",
     "ModelResponse",
     "Usage",
     "check_allow_model_requests",
+    "note_extra_request",
 ]
 
 #: Global kill switch. Unit tests set it to False so that any real backend call
@@ -52,14 +56,23 @@ class Message(BaseModel):
 
 
 class Usage(BaseModel):
-    """Token and call counts as reported by the backend."""
+    """Token and call counts, summable.
+
+    ``calls`` counts requests the server answered (what a provider bills);
+    ``attempts`` counts every request sent, answered or not: retries, structured-mode
+    probes, and requests of turns cancelled while in flight. ``attempts`` is what a
+    server's own request log shows. Backends report ``calls=1`` per response;
+    :func:`moot.models.call_model` counts ``attempts``.
+    """
 
     calls: int = 0
-    """Number of model calls."""
+    """Requests answered by the model."""
     prompt_tokens: int = 0
     """Prompt (input) tokens."""
     completion_tokens: int = 0
     """Completion (output) tokens."""
+    attempts: int = 0
+    """Requests sent (retries and unanswered ones included)."""
 
     @property
     def total_tokens(self) -> int:
@@ -71,7 +84,38 @@ class Usage(BaseModel):
             calls=self.calls + other.calls,
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
+            attempts=self.attempts + other.attempts,
         )
+
+
+@dataclass
+class CallStats:
+    """What one logical call cost so far, kept up to date while it runs.
+
+    :func:`moot.models.call_model` and :func:`moot.structured.ask` update it as
+    requests go out and answers come back, so a caller that is cancelled midway
+    (a deadline, a sibling's failure) still knows what was spent.
+    """
+
+    usage: Usage = field(default_factory=Usage)
+    """Answers received (calls, tokens) and requests sent (attempts)."""
+    queue_s: float = 0.0
+    """Seconds spent waiting for the model's concurrency gate (not model time)."""
+
+
+_CURRENT_STATS: ContextVar[CallStats | None] = ContextVar("moot_call_stats", default=None)
+
+
+def note_extra_request() -> None:
+    """Count one more request sent within the current ``Model.request`` call.
+
+    :func:`moot.models.call_model` counts one attempt per ``request()``; a backend
+    that sends a second HTTP request inside one call (a structured-mode probe)
+    calls this so ``usage.attempts`` still matches the server's log.
+    """
+    stats = _CURRENT_STATS.get()
+    if stats is not None:
+        stats.usage.attempts += 1
 
 
 class ModelRequest(BaseModel):
@@ -111,11 +155,16 @@ class Model(ABC):
 
     Subclasses set ``name`` (the ``provider:model`` spec) and may set
     ``max_concurrency``: the number of requests in flight at once for this
-    instance, shared by every debate in the process.
+    instance, shared by every debate in the process; ``request_timeout``: seconds
+    that bound one whole request (None: unbounded); and ``tokens_per_second``: the
+    expected generation speed, which sizes default deadlines (None: a remote
+    service, fast enough for the protocols' own deadlines).
     """
 
     name: str = "model"
     max_concurrency: int = 16
+    request_timeout: float | None = None
+    tokens_per_second: float | None = None
 
     def __init__(self) -> None:
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ModelError, ModelHTTPError
-from .base import Model, ModelRequest, ModelResponse
+from ..errors import ModelError, ModelHTTPError, ModelTimeoutError
+from .base import _CURRENT_STATS, CallStats, Model, ModelRequest, ModelResponse
 
 __all__ = ["RetryPolicy", "call_model"]
 
@@ -47,8 +48,14 @@ async def call_model(
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     on_retry: Callable[[int, ModelError, float], None] | None = None,
+    stats: CallStats | None = None,
 ) -> ModelResponse:
     """Call ``model`` through its concurrency gate, retrying transient errors.
+
+    Each attempt is bounded as a whole by ``model.request_timeout`` (connecting,
+    waiting and reading the body together, so a server that drips one byte a second
+    cannot hold a call for minutes); an attempt that runs out raises
+    :class:`~moot.errors.ModelTimeoutError`, which is retried like a dropped connection.
 
     Args:
         model: the backend.
@@ -56,18 +63,25 @@ async def call_model(
         policy: retry policy (default: RetryPolicy()).
         sleep: the sleep function (tests pass a recorder).
         on_retry: called as ``on_retry(attempt, error, delay)`` before each wait.
+        stats: updated as the call runs: ``usage.attempts`` +1 per request sent, the
+            answer's usage added, time spent waiting for the gate in ``queue_s``.
 
     Raises:
         ModelError: the last error once retries are exhausted, or at once if
             the error is not retryable.
     """
     policy = policy or RetryPolicy()
+    stats = stats if stats is not None else CallStats()
     attempt = 0
     while True:
         try:
+            waited = time.perf_counter()
             # The gate is held only while the request is in flight, not while backing off.
             async with model.limiter():
-                return await model.request(request)
+                stats.queue_s += time.perf_counter() - waited
+                response = await _attempt(model, request, stats)
+            stats.usage = stats.usage + response.usage
+            return response
         except ModelError as err:
             if not err.retryable or attempt >= policy.max_retries:
                 raise
@@ -76,3 +90,19 @@ async def call_model(
                 on_retry(attempt, err, wait)
             await sleep(wait)
             attempt += 1
+
+
+async def _attempt(model: Model, request: ModelRequest, stats: CallStats) -> ModelResponse:
+    """One request, counted in ``stats`` and bounded by the model's request timeout."""
+    stats.usage.attempts += 1
+    token = _CURRENT_STATS.set(stats)  # lets a backend count the extra requests it sends
+    limit = model.request_timeout
+    try:
+        async with asyncio.timeout(limit) as scope:
+            return await model.request(request)
+    except TimeoutError as err:
+        if limit is not None and scope.expired():
+            raise ModelTimeoutError(limit, model=model.name) from err
+        raise
+    finally:
+        _CURRENT_STATS.reset(token)

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, get_args
 
 from ..errors import ModelHTTPError, UsageError
-from .base import ModelRequest, ModelResponse
+from .base import ModelRequest, ModelResponse, note_extra_request
 
 __all__ = ["MODES", "ModeSelector", "StructuredMode", "proves_unsupported", "response_format"]
 
@@ -106,8 +106,12 @@ class ModeSelector:
         """
         if request.json_schema is None:
             return await send(request, None)
+        first = True
         while True:
             mode = self.mode
+            if not first:
+                note_extra_request()  # the probe that failed was a request the server logged
+            first = False
             try:
                 return await send(request, mode)
             except ModelHTTPError as err:
