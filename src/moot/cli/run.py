@@ -139,7 +139,8 @@ def _summary(console: Console, result: DebateResult) -> None:
 
 
 def _all_unreachable(result: DebateResult) -> str | None:
-    turns = result.turns(include_judge=True)
+    # Turns cancelled when the debate stopped never reached the endpoint: they prove nothing.
+    turns = [t for t in result.turns(include_judge=True) if not t.cancelled]
     if turns and all(t.error_kind == "ModelConnectionError" for t in turns):
         return turns[0].error
     return None
