@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from .records import ItemRecord
 from .runner import BenchConfig, BenchRun
 from .stats import EXACT_THRESHOLD, McNemar
 from .summary import MethodSummary, RoundSummary, comparisons, round_summaries, summarize
+from .tasks import Item
 
 __all__ = [
     "REPORT_FILE",
@@ -52,10 +54,29 @@ class Report:
     failures: int = 0
     complete: bool = True
     model_name: str = ""
+    baselines: list[tuple[str, float]] = field(default_factory=list)
+    """(name, accuracy) of answers that need no model, on the same items: the majority class, chance."""
+    data_notes: tuple[str, ...] = ()
+    """What reading the data left out, and why."""
+
+
+def baselines(items: Sequence[Item]) -> list[tuple[str, float]]:
+    """The majority-class rate of ``items`` and, for multiple choice, the chance rate.
+
+    The majority class is the most common gold answer (ties: the one met first); always
+    answering it scores this rate, so a method has to beat it to show it read anything.
+    """
+    if not items:
+        return []
+    label, count = Counter(i.gold for i in items).most_common(1)[0]
+    out = [(f"always `{label}` (majority class)", count / len(items))]
+    if all(i.letters for i in items):
+        out.append(("chance (a random option)", sum(1 / len(i.letters) for i in items) / len(items)))
+    return out
 
 
 def build_report(run: BenchRun) -> Report:
-    """Summaries, per-round figures and paired tests for a run."""
+    """Summaries, per-round figures, paired tests and baselines for a run."""
     by_method: dict[str, list[ItemRecord]] = {s.name: [] for s in run.specs}
     for rec in run.records:
         by_method.setdefault(rec.method, []).append(rec)
@@ -69,6 +90,8 @@ def build_report(run: BenchRun) -> Report:
         failures=len(run.failures),
         complete=run.complete,
         model_name=run.model_name,
+        baselines=baselines(run.items),
+        data_notes=run.data_notes,
     )
 
 
@@ -120,6 +143,8 @@ def _results_table(report: Report) -> list[str]:
             f"| {_num(m.per_item(m.wall_s), 2)} "
             f"| {'n/a' if per_1k is None else _num(per_1k, 2)} |"
         )
+    for name, rate in report.baselines:
+        lines.append(f"| baseline: {name} | {report.n_items} | {_pct(rate)} | | | | | 0 | 0 | 0 | 0 | |")
     return lines
 
 
@@ -197,6 +222,7 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         f"- status: {status}",
         f"- written: {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- reproduce: `{command_line(c)}`",
+        *[f"- data: {note}" for note in report.data_notes],
         "",
         "## Results",
         "",
@@ -224,6 +250,9 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         "last label word) and is never used for scoring: its gap to accuracy is what answer format costs.",
         "- 95% intervals are Wilson score intervals. McNemar tests pair the same items: exact two-sided "
         f"binomial below {EXACT_THRESHOLD} discordant pairs, chi-square with continuity correction above.",
+        "- Baseline rows need no model: always giving the most common gold answer of these items (the "
+        "majority class), and for multiple choice a random option. A method must beat them to show it "
+        "read the question.",
         "- Round-0 vote: the plurality of the first round's answers. For a debate, compare it with the final "
         "accuracy: the difference is what the debate rounds added. Flips count each agent's change between "
         "consecutive rounds (right→wrong: talked out of a right answer).",
@@ -256,6 +285,12 @@ def _pyplot() -> Any:
     return plt
 
 
+def _baseline_lines(ax: Any, report: Report) -> None:
+    """Draw each baseline as a labelled horizontal line."""
+    for (name, rate), style in zip(report.baselines, (":", "-."), strict=False):
+        ax.axhline(100 * rate, color="grey", ls=style, lw=1, label=f"baseline: {name.replace('`', '')}")
+
+
 def _plot_tokens(plt: Any, report: Report, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for m in report.methods:
@@ -265,12 +300,15 @@ def _plot_tokens(plt: Any, report: Report, path: Path) -> None:
         yerr = [[acc - 100 * m.ci_low], [100 * m.ci_high - acc]]
         ax.errorbar([m.tokens_per_item], [acc], yerr=yerr, fmt="o", capsize=4, label=m.method)
         ax.annotate(m.method, (m.tokens_per_item, acc), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    _baseline_lines(ax, report)
     ax.set_xlabel("tokens per item (prompt + completion)")
     ax.set_ylabel("accuracy (%), 95% Wilson interval")
     ax.set_title(f"{report.config.task}: accuracy vs tokens (n={report.n_items})")
     ax.set_ylim(0, 100)
     ax.margins(x=0.2)
     ax.grid(alpha=0.3)
+    if report.baselines:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -309,6 +347,7 @@ def _plot_rounds(plt: Any, report: Report, path: Path) -> bool:
             alpha=0.45,
             label=f"{name} right→wrong",
         )
+    _baseline_lines(left, report)
     left.set_xlabel("round")
     left.set_ylabel("accuracy (%)")
     left.set_ylim(0, 100)
@@ -396,4 +435,6 @@ def rich_table(report: Report) -> Any:
             _num(m.tokens_per_item, 0),
             _num(m.per_item(m.wall_s), 2) if not math.isnan(m.wall_s) else "n/a",
         )
+    for name, rate in report.baselines:
+        table.add_row(f"baseline: {name.replace('`', '')}", str(report.n_items), _pct(rate), *[""] * 6)
     return table

@@ -158,6 +158,7 @@ class BenchRun:
         stopped: True when the run stopped early after ``max_errors`` failures.
         wall_s: elapsed seconds of this invocation.
         model_name: the name the backend reports (``config.model`` is the spec asked for).
+        data_notes: what reading the data left out, and why (the task's notes).
     """
 
     config: BenchConfig
@@ -169,6 +170,7 @@ class BenchRun:
     stopped: bool = False
     wall_s: float = 0.0
     model_name: str = ""
+    data_notes: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -245,7 +247,14 @@ async def run_bench(
     previous = load_records(results, repair=True) if resume else []
     done = {(r.item_id, r.method) for r in previous}
     wanted = {(i.id, s.name) for i in items for s in specs}
-    run = BenchRun(config=config, specs=specs, items=items, resumed=len(done & wanted), model_name=model.name)
+    run = BenchRun(
+        config=config,
+        specs=specs,
+        items=items,
+        resumed=len(done & wanted),
+        model_name=model.name,
+        data_notes=task.data_notes,
+    )
     queue = deque((i, s) for i in items for s in specs if (i.id, s.name) not in done)
     observer.started(len(wanted), run.resumed)
     ctx = MethodContext(

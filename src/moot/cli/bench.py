@@ -99,10 +99,18 @@ def _report_only(out: Path) -> BenchRun:
     from ..bench.runner import expand_methods
 
     specs = expand_methods(config.methods, config.matched)
-    items = make_task(config.task).items(config.n, config.seed)
+    task = make_task(config.task)
+    items = task.items(config.n, config.seed)
     by_key = {(r.item_id, r.method): r for r in load_records(out / RESULTS_FILE)}
     records = [by_key[(i.id, s.name)] for i in items for s in specs if (i.id, s.name) in by_key]
-    run = BenchRun(config=config, specs=specs, items=items, records=records, resumed=len(records))
+    run = BenchRun(
+        config=config,
+        specs=specs,
+        items=items,
+        records=records,
+        resumed=len(records),
+        data_notes=task.data_notes,
+    )
     run.model_name = str(data.get("model_name", ""))
     return run
 
