@@ -62,7 +62,7 @@ def test_not_a_store_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not a usable run store"):
         RunStore(bad)
     with pytest.raises(UsageError, match="no run store"):
-        RunStore(tmp_path / "missing.db", readonly=True)
+        RunStore(tmp_path / "missing.db", must_exist=True)
 
 
 def test_recorded_debate_loads_back_as_the_same_result(tmp_path: Path) -> None:

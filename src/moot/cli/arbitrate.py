@@ -10,13 +10,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..arbitration import AgentReport, arbitrate_sync
+from ..arbitration import AgentReport, ArbitrationResult, arbitrate_sync
 from ..errors import UsageError
 from ..runs import recording
 from . import _exit
 from ._store_options import NoStoreOption, StoreOption
 
-__all__ = ["load_reports", "register"]
+__all__ = ["load_reports", "print_arbitration", "register"]
 
 
 def load_reports(path: Path) -> list[AgentReport]:
@@ -40,6 +40,31 @@ def load_reports(path: Path) -> list[AgentReport]:
     except ValueError as exc:
         first = str(exc).splitlines()
         raise UsageError(f"invalid report in {path}: {' '.join(first[:3])}") from None
+
+
+def print_arbitration(result: ArbitrationResult, out: Console) -> None:
+    """The contradictions, rulings and consensus as tables and text (``moot runs show`` reuses it)."""
+    table = Table(title=f"{result.contradictions_found} contradictions · status {result.status}")
+    for col in ("metric", "agents", "kind", "severity", "resolution", "confidence"):
+        table.add_column(col)
+    rulings = {r.contradiction_id: r for r in result.rulings}
+    for c in result.contradictions:
+        d = rulings[c.id].decision
+        table.add_row(
+            c.metric_name,
+            f"{c.agent1.agent}={c.agent1.value} vs {c.agent2.agent}={c.agent2.value}",
+            c.kind,
+            c.severity,
+            d.resolution if d else f"[red]failed[/] {rulings[c.id].error or ''}",
+            f"{d.confidence:.2f}" if d else "-",
+        )
+    out.print(table)
+    out.print(result.consensus_narrative or "(no contradictions: nothing to arbitrate)")
+    u = result.usage
+    out.print(
+        f"resolved {result.resolved} · flagged {result.flagged_for_review} · {u.calls} calls · "
+        f"{u.total_tokens} tokens · {result.latency_ms / 1000:.1f}s"
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -89,25 +114,5 @@ def register(app: typer.Typer) -> None:
             typer.echo(result.model_dump_json())
             return _exit.for_arbitration(result)
         out = Console()
-        table = Table(title=f"{result.contradictions_found} contradictions · status {result.status}")
-        for col in ("metric", "agents", "kind", "severity", "resolution", "confidence"):
-            table.add_column(col)
-        rulings = {r.contradiction_id: r for r in result.rulings}
-        for c in result.contradictions:
-            d = rulings[c.id].decision
-            table.add_row(
-                c.metric_name,
-                f"{c.agent1.agent}={c.agent1.value} vs {c.agent2.agent}={c.agent2.value}",
-                c.kind,
-                c.severity,
-                d.resolution if d else f"[red]failed[/] {rulings[c.id].error or ''}",
-                f"{d.confidence:.2f}" if d else "-",
-            )
-        out.print(table)
-        out.print(result.consensus_narrative or "(no contradictions: nothing to arbitrate)")
-        u = result.usage
-        out.print(
-            f"resolved {result.resolved} · flagged {result.flagged_for_review} · {u.calls} calls · "
-            f"{u.total_tokens} tokens · {result.latency_ms / 1000:.1f}s"
-        )
+        print_arbitration(result, out)
         return _exit.for_arbitration(result)

@@ -16,7 +16,7 @@ The CLI records every ``moot run``, ``absa``, ``absa-eval``, ``arbitrate`` and
 
 from __future__ import annotations
 
-from .queries import bench_records, load_result, run_turns, runs_frame, turns_frame, units_frame
+from .queries import bench_records, bench_run, load_result, run_turns, runs_frame, turns_frame, units_frame
 from .recording import Recording, model_info, open_store, prompts_hash, recording, redact
 from .store import (
     DEFAULT_STORE,
@@ -39,6 +39,7 @@ __all__ = [
     "StoredEvent",
     "StoredItem",
     "bench_records",
+    "bench_run",
     "default_store_path",
     "load_result",
     "model_info",

@@ -21,7 +21,15 @@ from .store import RunRecord, RunStore
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
-__all__ = ["bench_records", "load_result", "run_turns", "runs_frame", "turns_frame", "units_frame"]
+__all__ = [
+    "bench_records",
+    "bench_run",
+    "load_result",
+    "run_turns",
+    "runs_frame",
+    "turns_frame",
+    "units_frame",
+]
 
 
 def bench_records(store: RunStore, run_id: str) -> list[Any]:
@@ -30,6 +38,31 @@ def bench_records(store: RunStore, run_id: str) -> list[Any]:
 
     full = store.resolve_id(run_id)
     return [ItemRecord.model_validate(i.data) for i in store.iter_items(full)]
+
+
+def bench_run(store: RunStore, run_id: str) -> Any:
+    """A bench run rebuilt from the store as a :class:`~moot.bench.runner.BenchRun` (for reports).
+
+    Its items are those with at least one unit recorded, in the order of the first unit of each.
+    """
+    from ..bench.runner import BenchConfig, BenchRun, expand_methods
+    from ..bench.tasks import Item
+
+    record = store.get(run_id)
+    config = BenchConfig.model_validate(
+        {k: v for k, v in record.config.items() if k in BenchConfig.model_fields}
+    )
+    records = bench_records(store, record.id)
+    items: dict[str, Item] = {}
+    for r in records:
+        items.setdefault(r.item_id, Item(id=r.item_id, prompt="", gold=r.gold))
+    specs = expand_methods(config.methods, config.matched)
+    order = {s.name: i for i, s in enumerate(specs)}
+    position = {item_id: i for i, item_id in enumerate(items)}
+    records.sort(key=lambda r: (position[r.item_id], order.get(r.method, len(order))))
+    run = BenchRun(config=config, specs=specs, items=list(items.values()), records=records)
+    run.model_name = str(record.summary.get("model_name", ""))
+    return run
 
 
 def load_result(store: RunStore, run_id: str) -> Any:

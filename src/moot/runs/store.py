@@ -201,17 +201,18 @@ class RunStore:
 
     Args:
         path: the SQLite file (its folder is created).
-        readonly: open without creating or migrating (for viewers); a missing file is an error.
+        must_exist: a missing file is an error instead of a new store, and an older schema is read
+            as is, not migrated (for viewers and ``moot runs``).
 
     Raises:
         UsageError: the file is not a moot store, or was written by a newer moot.
     """
 
-    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: str | Path, *, must_exist: bool = False) -> None:
         self.path = Path(path)
-        if readonly and not self.path.is_file():
+        if must_exist and not self.path.is_file():
             raise UsageError(f"no run store at {self.path}")
-        if not readonly:
+        if not must_exist:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         try:
@@ -220,10 +221,10 @@ class RunStore:
             )
             self._db.execute("PRAGMA busy_timeout = 30000")
             self._db.execute("PRAGMA foreign_keys = ON")
-            if not readonly:
+            if not must_exist:
                 self._db.execute("PRAGMA journal_mode = WAL")
                 self._db.execute("PRAGMA synchronous = NORMAL")
-            self._migrate(readonly)
+            self._migrate(must_exist)
         except sqlite3.DatabaseError as exc:
             raise UsageError(f"{self.path} is not a usable run store: {exc}") from None
 
@@ -237,14 +238,14 @@ class RunStore:
         found = self._db.execute("SELECT MAX(version) FROM schema_version").fetchone()
         return int(found[0] or 0)
 
-    def _migrate(self, readonly: bool) -> None:
+    def _migrate(self, must_exist: bool) -> None:
         version = self._version()
         if version > SCHEMA_VERSION:
             raise UsageError(
                 f"{self.path} has store schema {version}; this moot reads up to {SCHEMA_VERSION}: "
                 "upgrade moot"
             )
-        if version == SCHEMA_VERSION or readonly:
+        if version == SCHEMA_VERSION or must_exist:
             return
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it done

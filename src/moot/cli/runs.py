@@ -1,0 +1,251 @@
+"""``moot runs``: list, show, export, delete and compare the runs in the store.
+
+::
+
+    moot runs list [--kind K] [--status S] [--model M] [--limit N] [--json]
+    moot runs show ID [--json]          # the same rendering `moot run` prints live
+    moot runs export ID [--format json|jsonl]
+    moot runs rm ID
+    moot runs compare A B [--json]
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import UsageError
+from ..runs import RunRecord, RunStore, default_store_path, load_result
+from ..runs.compare import BenchComparison, as_json, compare_runs
+from ._store_options import StoreOption
+
+__all__ = ["register", "runs_app"]
+
+runs_app = typer.Typer(
+    help="List, show, export, delete and compare recorded runs.", no_args_is_help=True, add_completion=False
+)
+
+KindOption = Annotated[str | None, typer.Option("--kind", help="run, absa, absa-eval, arbitrate or bench.")]
+
+
+def _open(store: Any) -> RunStore:
+    return RunStore(default_store_path(store), must_exist=True)
+
+
+def _console() -> Console:
+    # Piped output keeps whole ids and titles instead of the 80-column default's ellipses.
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
+def _wall(record: RunRecord) -> str:
+    return "-" if record.wall_s is None else f"{record.wall_s:.1f}s"
+
+
+def _row_json(record: RunRecord) -> dict[str, Any]:
+    return record.model_dump(mode="json", exclude={"result"}) | {"wall_s": record.wall_s}
+
+
+@runs_app.command("list")
+def list_cmd(
+    kind: KindOption = None,
+    status: Annotated[
+        str | None, typer.Option(help="running, complete, fell_back, failed or interrupted.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model spec contains this text.")] = None,
+    search: Annotated[str | None, typer.Option(help="Topic, sentence or task contains this text.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most N runs.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array of runs.")] = False,
+    store: StoreOption = None,
+) -> None:
+    """Runs, newest first: id, kind, title, model, status, calls, tokens, wall time."""
+    with _open(store) as opened:
+        runs = opened.list(kind=kind, status=status, model=model, search=search, limit=limit)
+    if as_json:
+        typer.echo(json.dumps([_row_json(r) for r in runs], ensure_ascii=False))
+        return
+    table = Table("id", "started", "kind", "title", "model", "status", "calls", "tokens", "wall", "score")
+    for r in runs:
+        title = r.title if len(r.title) <= 48 else r.title[:47] + "…"
+        table.add_row(
+            r.id[:8],
+            _when(r.started_at),
+            r.kind,
+            escape(title),
+            escape(r.model),
+            r.status,
+            str(r.usage.calls),
+            str(r.usage.total_tokens),
+            _wall(r),
+            "-" if r.score is None else f"{r.score:.3f}",
+        )
+    _console().print(table)
+
+
+def _show_debate(opened: RunStore, record: RunRecord, console: Console) -> None:
+    from ..transcript import Event
+    from .run import _Live, _summary
+
+    live = _Live(console, None)
+    for stored in opened.events(record.id):
+        if stored.kind == "debate_completed":
+            continue  # its result is the summary below
+        live(Event.model_validate({"kind": stored.kind, **stored.data}))
+    result = load_result(opened, record.id)
+    if result is not None:
+        _summary(console, result)
+
+
+def _show_bench(opened: RunStore, record: RunRecord, console: Console) -> None:
+    from ..bench.report import build_report, rich_table
+    from ..runs import bench_run
+
+    console.print(rich_table(build_report(bench_run(opened, record.id))))
+
+
+def _show_absa(opened: RunStore, record: RunRecord, console: Console) -> None:
+    from .absa import _print_result
+
+    result = load_result(opened, record.id)
+    for res in result if isinstance(result, list) else [result] if result is not None else []:
+        if isinstance(result, list):
+            console.rule(escape(res.sentence))
+        _print_result(res, console)
+
+
+def _show_other(opened: RunStore, record: RunRecord, console: Console) -> None:
+    result = load_result(opened, record.id)
+    if result is None:
+        return
+    if record.kind == "arbitrate":
+        from .arbitrate import print_arbitration
+
+        print_arbitration(result, console)
+    elif record.kind == "absa-eval":
+        from ..absa import format_table
+
+        console.print(format_table(result, title=f"ABSA evaluation · {record.title}"))
+
+
+def _header(record: RunRecord, console: Console) -> None:
+    console.print(
+        f"[bold]{record.kind}[/] run {record.id} · {record.status} · {escape(record.model)} · "
+        f"started {_when(record.started_at)} · wall {_wall(record)} · moot {record.moot_version}"
+    )
+    if record.error:
+        console.print(f"[yellow]{escape(record.error)}[/]")
+
+
+@runs_app.command("show")
+def show_cmd(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id or a unique prefix.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The run record with its result as JSON.")] = False,
+    store: StoreOption = None,
+) -> None:
+    """Show a run as its command printed it live, from the store."""
+    with _open(store) as opened:
+        record = opened.get(run_id)
+        if as_json:
+            data = record.model_dump(mode="json") | {"wall_s": record.wall_s}
+            if record.kind in ("bench", "absa-eval") or record.config.get("batch"):
+                data["items"] = [i.model_dump(mode="json") for i in opened.iter_items(record.id)]
+            typer.echo(json.dumps(data, ensure_ascii=False))
+            return
+        console = _console()
+        _header(record, console)
+        show = {"run": _show_debate, "bench": _show_bench, "absa": _show_absa}.get(record.kind, _show_other)
+        show(opened, record, console)
+
+
+@runs_app.command("export")
+def export_cmd(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id or a unique prefix.")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="json: one object; jsonl: the run, then events, then items.")
+    ] = "json",
+    store: StoreOption = None,
+) -> None:
+    """Print everything recorded for a run: the record, its events and its items."""
+    if fmt not in ("json", "jsonl"):
+        raise UsageError(f"--format must be json or jsonl, not {fmt!r}")
+    with _open(store) as opened:
+        record = opened.get(run_id)
+        run = record.model_dump(mode="json")
+        events = [e.model_dump(mode="json") for e in opened.events(record.id)]
+        items = [i.model_dump(mode="json") for i in opened.iter_items(record.id)]
+    if fmt == "json":
+        typer.echo(json.dumps({"run": run, "events": events, "items": items}, ensure_ascii=False))
+        return
+    typer.echo(json.dumps({"type": "run", **run}, ensure_ascii=False))
+    for e in events:
+        typer.echo(json.dumps({"type": "event", **e}, ensure_ascii=False))
+    for i in items:
+        typer.echo(json.dumps({"type": "item", **i}, ensure_ascii=False))
+
+
+@runs_app.command("rm")
+def rm_cmd(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id or a unique prefix.")],
+    store: StoreOption = None,
+) -> None:
+    """Delete a run with its events and items."""
+    with RunStore(default_store_path(store), must_exist=True) as opened:
+        full = opened.delete(run_id)
+    typer.echo(f"deleted run {full}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+@runs_app.command("compare")
+def compare_cmd(
+    a: Annotated[str, typer.Argument(metavar="A", help="First run id (or prefix).")],
+    b: Annotated[str, typer.Argument(metavar="B", help="Second run id (or prefix).")],
+    as_json_: Annotated[bool, typer.Option("--json", help="The comparison as JSON.")] = False,
+    store: StoreOption = None,
+) -> None:
+    """Two bench runs (accuracy per method, paired McNemar) or two debates, side by side."""
+    with _open(store) as opened:
+        cmp = compare_runs(opened, a, b)
+    if as_json_:
+        typer.echo(json.dumps(as_json(cmp), ensure_ascii=False))
+        return
+    console = _console()
+    title = f"A = {cmp.a.id[:8]} · B = {cmp.b.id[:8]}"
+    if isinstance(cmp, BenchComparison):
+        table = Table(
+            "method", "A", "B", "B − A", "shared", "only A right", "only B right", "McNemar p", title=title
+        )
+        for m in cmp.methods:
+            t = m.test
+            diff = "-" if m.diff is None else f"{100 * m.diff:+.1f} pts"
+            tail = (
+                ["-"] * 4
+                if t is None
+                else [str(t.n), str(t.only_a), str(t.only_b), f"{t.p_value:.3g} ({t.test})"]
+            )
+            a_cell = f"{_pct(m.a_accuracy)} (n={m.a_n})" if m.a_n else "-"
+            b_cell = f"{_pct(m.b_accuracy)} (n={m.b_n})" if m.b_n else "-"
+            table.add_row(escape(m.method), a_cell, b_cell, diff, *tail)
+        console.print(table)
+        return
+    table = Table("", "A", "B", title=title)
+    for name, x, y in cmp.rows:
+        table.add_row(name, escape(x), escape(y))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``runs`` to ``app``."""
+    app.add_typer(runs_app, name="runs")

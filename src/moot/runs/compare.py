@@ -1,0 +1,181 @@
+"""Two runs side by side: ``moot runs compare A B`` and the viewer's compare page.
+
+* Two **bench** runs on the same task: per-method accuracy of each run and the
+  difference, and for every method both ran a paired McNemar test on the items
+  both finished (the statistics of :mod:`moot.bench.stats`).
+* Two **debates** (``moot run``): topic, protocol, final answer, decision,
+  fallback, rounds and usage, row by row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..bench.records import ItemRecord
+from ..bench.stats import McNemar, mcnemar
+from ..errors import UsageError
+from ..transcript import DebateResult
+from .queries import bench_records, load_result
+from .store import RunRecord, RunStore
+
+__all__ = ["BenchComparison", "DebateComparison", "MethodComparison", "compare_runs"]
+
+
+@dataclass(frozen=True)
+class MethodComparison:
+    """One method in two bench runs.
+
+    Attributes:
+        method: the method name.
+        a_n: items run A finished with it (0 if A did not run it).
+        a_correct: of those, correct.
+        b_n: the same for run B.
+        b_correct: of those, correct.
+        test: McNemar on the items both finished (None when the method is in one run only).
+    """
+
+    method: str
+    a_n: int
+    a_correct: int
+    b_n: int
+    b_correct: int
+    test: McNemar | None
+
+    @property
+    def a_accuracy(self) -> float | None:
+        """Accuracy in run A, or None."""
+        return self.a_correct / self.a_n if self.a_n else None
+
+    @property
+    def b_accuracy(self) -> float | None:
+        """Accuracy in run B, or None."""
+        return self.b_correct / self.b_n if self.b_n else None
+
+    @property
+    def diff(self) -> float | None:
+        """B's accuracy minus A's, when both ran the method."""
+        if self.a_accuracy is None or self.b_accuracy is None:
+            return None
+        return self.b_accuracy - self.a_accuracy
+
+
+@dataclass
+class BenchComparison:
+    """Two bench runs, method by method."""
+
+    a: RunRecord
+    b: RunRecord
+    methods: list[MethodComparison] = field(default_factory=list)
+    kind: str = "bench"
+
+
+@dataclass
+class DebateComparison:
+    """Two debates, field by field: ``rows`` are ``(field, A's value, B's value)``."""
+
+    a: RunRecord
+    b: RunRecord
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+    kind: str = "run"
+
+
+def _by_method(records: list[ItemRecord]) -> dict[str, dict[str, bool]]:
+    out: dict[str, dict[str, bool]] = {}
+    for r in records:
+        out.setdefault(r.method, {})[r.item_id] = r.correct
+    return out
+
+
+def _bench(store: RunStore, a: RunRecord, b: RunRecord) -> BenchComparison:
+    if a.config.get("task") != b.config.get("task"):
+        raise UsageError(
+            f"runs {a.id[:8]} and {b.id[:8]} are on different tasks "
+            f"({a.config.get('task')!r} vs {b.config.get('task')!r}): nothing to pair"
+        )
+    ra, rb = _by_method(bench_records(store, a.id)), _by_method(bench_records(store, b.id))
+    out = BenchComparison(a, b)
+    for method in list(ra) + [m for m in rb if m not in ra]:
+        xa, xb = ra.get(method, {}), rb.get(method, {})
+        shared = [i for i in xa if i in xb]
+        test = None
+        if method in ra and method in rb:
+            test = mcnemar(f"A:{method}", f"B:{method}", [xa[i] for i in shared], [xb[i] for i in shared])
+        out.methods.append(
+            MethodComparison(method, len(xa), sum(xa.values()), len(xb), sum(xb.values()), test)
+        )
+    return out
+
+
+def _debate_rows(result: DebateResult | None, record: RunRecord) -> dict[str, str]:
+    u = record.usage
+    rows = {
+        "status": record.status,
+        "topic": record.title,
+        "model": record.model,
+        "usage": f"{u.calls} calls · {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens",
+        "wall": "-" if record.wall_s is None else f"{record.wall_s:.1f}s",
+    }
+    if result is None:
+        return rows | {"final answer": "(no result recorded)"}
+    d = result.decision
+    return rows | {
+        "protocol": result.protocol,
+        "final answer": result.final_answer or "(none)",
+        "decision": "-" if d is None else f"{d.label} ({d.strategy}, confidence {d.confidence})",
+        "fallback": result.fallback or "-",
+        "rounds": str(len(result.rounds)) + (" (stopped early)" if result.stopped_early else ""),
+        "failed turns": str(result.failed_turns),
+    }
+
+
+def _debates(store: RunStore, a: RunRecord, b: RunRecord) -> DebateComparison:
+    left = _debate_rows(load_result(store, a.id), a)
+    right = _debate_rows(load_result(store, b.id), b)
+    keys = list(left) + [k for k in right if k not in left]
+    return DebateComparison(a, b, [(k, left.get(k, "-"), right.get(k, "-")) for k in keys])
+
+
+def compare_runs(store: RunStore, a_id: str, b_id: str) -> BenchComparison | DebateComparison:
+    """Compare two runs of the same kind (bench or debate).
+
+    Raises:
+        UsageError: unknown ids, different kinds, a kind that cannot be compared, or bench runs
+            on different tasks.
+    """
+    a, b = store.get(a_id), store.get(b_id)
+    if a.kind != b.kind:
+        raise UsageError(f"cannot compare a {a.kind!r} run with a {b.kind!r} run")
+    if a.kind == "bench":
+        return _bench(store, a, b)
+    if a.kind == "run":
+        return _debates(store, a, b)
+    raise UsageError(f"compare takes two bench runs or two debates (`moot run`), not {a.kind!r} runs")
+
+
+def as_json(cmp: BenchComparison | DebateComparison) -> dict[str, Any]:
+    """The comparison as JSON data."""
+    head = {"kind": cmp.kind, "a": cmp.a.id, "b": cmp.b.id}
+    if isinstance(cmp, DebateComparison):
+        return head | {"rows": [{"field": k, "a": x, "b": y} for k, x, y in cmp.rows]}
+    methods = []
+    for m in cmp.methods:
+        test = m.test
+        methods.append(
+            {
+                "method": m.method,
+                "a": {"n": m.a_n, "correct": m.a_correct, "accuracy": m.a_accuracy},
+                "b": {"n": m.b_n, "correct": m.b_correct, "accuracy": m.b_accuracy},
+                "diff": m.diff,
+                "mcnemar": None
+                if test is None
+                else {
+                    "shared": test.n,
+                    "only_a": test.only_a,
+                    "only_b": test.only_b,
+                    "p_value": test.p_value,
+                    "test": test.test,
+                },
+            }
+        )
+    return head | {"task": cmp.a.config.get("task"), "methods": methods}
