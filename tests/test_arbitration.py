@@ -56,13 +56,80 @@ def test_detection_rules_metric_names_threshold_and_severity() -> None:
     found = detect_contradictions([AgentReport.model_validate(r) for r in QATAR])
     assert len(found) == 1
     c = found[0]
-    assert c.metric_name == "qatar_unemployment_rate" and c.kind == "value"
-    assert c.relative_difference == pytest.approx(0.1667, abs=1e-4) and c.severity == "medium"
-    # exactly 5% is not a contradiction; just above is
-    five = [report("A", "m", 100.0, "", 0.5), report("B", "m", 95.0, "", 0.5)]
+    # the seed's arithmetic: 0.02 relative to the smaller value 0.10 is 20% (medium); two sources
+    assert c.metric_name == "qatar_unemployment_rate" and c.kind == "value+source"
+    assert c.relative_difference == 0.2 and c.severity == "medium"
+    # exactly 5% of the smaller value is not a contradiction; 100 vs 105.1 is
+    five = [report("A", "m", 100.0, "", 0.5), report("B", "m", 105.0, "", 0.5)]
     assert detect_contradictions([AgentReport.model_validate(r) for r in five]) == []
-    above = [report("A", "m", 100.0, "", 0.5), report("B", "m", 94.9, "", 0.5)]
-    assert detect_contradictions([AgentReport.model_validate(r) for r in above])[0].severity == "low"
+    above = [report("A", "m", 100.0, "", 0.5), report("B", "m", 105.1, "", 0.5)]
+    found = detect_contradictions([AgentReport.model_validate(r) for r in above])
+    assert [(f.kind, f.relative_difference, f.severity) for f in found] == [("value", 0.051, "low")]
+    zero = [report("A", "m", 0.0, "", 0.5), report("B", "m", 0.3, "", 0.5)]
+    found = detect_contradictions([AgentReport.model_validate(r) for r in zero])
+    assert [(f.kind, f.relative_difference, f.severity) for f in found] == [("value", None, "high")]
+
+
+def test_confidence_and_source_conflicts() -> None:
+    def found(*reports: dict[str, Any]) -> list[tuple[str, str]]:
+        return [
+            (c.kind, c.severity)
+            for c in detect_contradictions([AgentReport.model_validate(r) for r in reports])
+        ]
+
+    # the same claim held with very different certainty
+    assert found(report("A", "m", 2.0, "[IMF]", 0.9), report("B", "m", 2.0, "[IMF]", 0.5)) == [
+        ("confidence", "low")
+    ]
+    assert found(report("A", "m", 2.0, "[IMF]", 0.9), report("B", "m", 2.05, "[IMF]", 0.7)) == []
+    # different sources disagreeing on the value; the same source with two values is a value conflict only
+    two_sources = found(
+        report("A", "m", 0.10, "[Per extraction: '0.10%' from GCC-STAT Q1-2024]", 0.9),
+        report("B", "m", 0.12, "[Per extraction: '0.12%' from World Bank 2024]", 0.9),
+    )
+    assert two_sources == [("value+source", "medium")]
+    same_source = found(
+        report("A", "m", 0.10, "[GCC-STAT Q1-2024]", 0.9), report("B", "m", 0.12, "[GCC-STAT 2024]", 0.9)
+    )
+    assert same_source == [("value", "medium")]
+    # equal values from two sources corroborate each other
+    assert found(report("A", "m", 3.0, "[GCC-STAT]", 0.8), report("B", "m", 3.0, "[World Bank]", 0.8)) == []
+
+
+def test_arbitrator_prompt_carries_the_source_authority_order() -> None:
+    def follows_authority(req: ModelRequest) -> dict[str, Any]:
+        prompt = "\n".join(m.content for m in req.messages)
+        assert "SOURCE AUTHORITY (most authoritative first): GCC-STAT > World Bank > other" in prompt
+        agent1_gcc = "Agent 1 (LabourEconomist): 0.1 [GCC-STAT" in prompt
+        return ruling("agent1_correct" if agent1_gcc else "agent2_correct", "use_agent1", 0.9)
+
+    result = arbitrate_sync(QATAR, model=FunctionModel(follows_authority))
+    m = result.metrics[0]
+    assert m.status == "resolved" and m.value == 0.10 and m.citation == "[GCC-STAT Q1-2024]"
+
+    seen: list[str] = []
+
+    def record(req: ModelRequest) -> dict[str, Any]:
+        seen.append("\n".join(m.content for m in req.messages))
+        return ruling("agent2_correct", "use_agent2", 0.9)
+
+    arbitrate_sync(QATAR, model=FunctionModel(record), source_authority=["World Bank", "GCC-STAT"])
+    assert "World Bank > GCC-STAT > other" in seen[0]
+
+
+def test_overall_timeout_flags_unfinished_contradictions() -> None:
+    reports = [
+        {"agent": "A", "findings": [{"metric": f"m{i}", "value": 1.0, "confidence": 0.9} for i in range(3)]},
+        {"agent": "B", "findings": [{"metric": f"m{i}", "value": 2.0, "confidence": 0.5} for i in range(3)]},
+    ]
+    model = ScriptedModel({"*": [ruling("agent1_correct", "use_agent1")] * 3}, delay=0.3)
+    result = arbitrate_sync(reports, model=model, concurrency=1, timeout=0.45)
+    assert result.status == "timed_out" and result.contradictions_found == 3
+    assert [r.decision is not None for r in result.rulings] == [True, False, False]
+    assert result.rulings[1].error == "no ruling within the overall timeout of 0.45 s; flagged for review"
+    assert (result.resolved, result.flagged_for_review) == (1, 2)
+    assert [m.status for m in result.metrics] == ["resolved", "flagged", "flagged"]
+    assert result.consensus_narrative.count("flagged for review (no ruling: no ruling within") == 2
 
 
 def test_conflicting_interpretations_are_contradictions() -> None:

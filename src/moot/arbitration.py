@@ -10,19 +10,37 @@ Detection rules (decisions where the seed is loose):
     * Same metric: names are compared after lower-casing and turning every run
       of non-alphanumerics into ``_`` ("Qatar unemployment rate" ==
       "qatar_unemployment_rate").
-    * Values differ: ``|a - b| / max(|a|, |b|) > 0.05`` (relative, as the seed's
-      example computes 0.10 vs 0.12 as 20%). Severity: ``high`` above 25%,
-      ``medium`` above 10%, else ``low``.
-    * Interpretations conflict: one says improving/increasing/rising/growing/up/
+    * ``value``: ``|a - b| / min(|a|, |b|) > 0.05``, relative to the smaller
+      value, as the seed's example computes 0.10 vs 0.12 as 20% (so 100 vs
+      105.1 is a contradiction, 100 vs 105 is not; a zero against a non-zero
+      value always is). Severity: ``high`` above 25%, ``medium`` above 10%,
+      else ``low``.
+    * ``interpretation``: one says improving/increasing/rising/growing/up/
       positive and the other declining/decreasing/falling/worsening/down/
       negative (whole words). Severity ``high`` if the values conflict too,
       else ``medium``.
-    * The seed also lists "different confidence levels for the same claim" and
-      "source data conflicts"; design principle 1 (real contradictions, not
-      superficial differences) wins: equal values with different confidences
-      or sources are not contradictions.
+    * ``source`` (the seed's "source data conflicts"): the values conflict and
+      the two citations name different sources. A citation's source is the
+      first name of the authority order found in it, else the citation with
+      years, quarters, brackets and "per extraction" wording removed. The
+      arbitrator's prompt carries the authority order to settle it.
+    * ``confidence`` (the seed's "different confidence levels for the same
+      claim"): the values agree (or neither has one) and the interpretations
+      do not conflict, but the two confidences differ by more than 0.3.
+      Severity ``low``: the claim is the same, its certainty is in question.
+    * ``kind`` joins what conflicts with ``+`` (``value+source``). Equal
+      values from different sources at similar confidence corroborate each
+      other: not a contradiction.
     * Three or more agents disagreeing on one metric give one contradiction per
       conflicting pair; the metric is then settled by the consensus step.
+
+Source authority: the arbitrator's prompt lists ``source_authority``, most
+authoritative first, then "other" (seed 004: GCC-STAT > World Bank > other).
+
+Overall timeout: ``arbitrate(timeout=60)`` bounds the whole arbitration (the
+seed's target: 3 contradictions in under 60 s). A contradiction whose ruling
+has not arrived by then keeps a ruling without a decision, its error saying
+so, and its metric is flagged for review: nothing is lost.
 
 Consensus (per metric): each ruling gives its confidence to the claim(s) it
 upholds (``agent1_correct``/``agent2_correct``: that agent; ``both_valid``:
@@ -38,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -67,6 +86,11 @@ __all__ = [
 
 REL_THRESHOLD = 0.05
 SPLIT_MARGIN = 0.10
+CONFIDENCE_GAP = 0.3
+SOURCE_AUTHORITY = ("GCC-STAT", "World Bank")
+"""Seed 004's source-authority order, most authoritative first; every other source ranks after."""
+DEFAULT_TIMEOUT = 60.0
+"""Seconds for a whole arbitration (seed 004: 3 contradictions in under 60 s)."""
 _UP = {"improving", "improved", "increasing", "increase", "rising", "growing", "growth", "up", "positive"}
 _DOWN = {"declining", "decline", "decreasing", "decrease", "falling", "worsening", "down", "negative"}
 
@@ -125,21 +149,26 @@ class Contradiction(BaseModel):
     """The (normalised) metric."""
     agent1: Claim
     agent2: Claim
-    kind: Literal["value", "interpretation", "value+interpretation"]
-    """What conflicts."""
+    kind: str
+    """What conflicts: ``value``, ``interpretation``, ``source``, ``confidence``, joined with ``+``."""
     relative_difference: float | None = None
-    """``|a - b| / max(|a|, |b|)`` when both values are numbers."""
+    """``|a - b| / min(|a|, |b|)`` when both values are non-zero numbers."""
     severity: Literal["high", "medium", "low"]
     """See the module docstring."""
 
-    def describe(self) -> str:
+    def describe(self, source_authority: Sequence[str] = SOURCE_AUTHORITY) -> str:
         """The contradiction as the arbitrator reads it (seed 004's prompt layout)."""
 
         def side(n: int, c: Claim) -> str:
             interp = f", interpretation: {c.interpretation}" if c.interpretation else ""
             return f"- Agent {n} ({c.agent}): {c.value} {c.citation} (confidence: {c.confidence}{interp})"
 
-        return f"CONTRADICTION:\n- Metric: {self.metric_name}\n{side(1, self.agent1)}\n{side(2, self.agent2)}"
+        order = " > ".join([*source_authority, "other"])
+        return (
+            f"CONTRADICTION:\n- Metric: {self.metric_name}\n{side(1, self.agent1)}\n{side(2, self.agent2)}\n"
+            f"- Conflict: {self.kind}\n"
+            f"SOURCE AUTHORITY (most authoritative first): {order}"
+        )
 
 
 class Ruling(BaseModel):
@@ -171,7 +200,8 @@ class MetricConsensus(BaseModel):
 class ArbitrationResult(BaseModel):
     """Everything the debate node produced."""
 
-    status: Literal["skipped", "complete"]
+    status: Literal["skipped", "complete", "timed_out"]
+    """``timed_out``: the overall timeout left contradictions without a ruling (flagged for review)."""
     contradictions_found: int
     contradictions: list[Contradiction] = Field(default_factory=list)
     rulings: list[Ruling] = Field(default_factory=list)
@@ -210,7 +240,57 @@ def _claim(agent: str, f: Finding) -> Claim:
     )
 
 
-def detect_contradictions(reports: Sequence[AgentReport]) -> list[Contradiction]:
+def source_of(citation: str, source_authority: Sequence[str] = SOURCE_AUTHORITY) -> str:
+    """The source a citation names: an authority from the order, else its normalised text."""
+    lowered = citation.lower()
+    for name in source_authority:
+        if name.lower() in lowered:
+            return name.lower()
+    text = re.sub(r"per extraction:?|'[^']*'|\b(q[1-4]|h[12])\b|\b\d{4}\b|\bfrom\b", " ", lowered)
+    return re.sub(r"[^0-9a-z]+", " ", text).strip()
+
+
+def _relative_difference(a: float, b: float) -> float:
+    """``|a - b|`` relative to the smaller magnitude (seed 004's arithmetic); inf against a zero."""
+    low = min(abs(a), abs(b))
+    if low == 0:
+        return 0.0 if a == b else math.inf
+    return abs(a - b) / low
+
+
+def _conflicts(
+    f1: Finding, f2: Finding, source_authority: Sequence[str]
+) -> tuple[list[str], float | None, Literal["high", "medium", "low"]]:
+    """What conflicts between two findings on one metric, the relative difference, the severity."""
+    rel = None
+    value_conflict = False
+    if f1.value is not None and f2.value is not None:
+        rel = _relative_difference(f1.value, f2.value)
+        value_conflict = rel > REL_THRESHOLD
+    interp_conflict = _direction(f1.interpretation) * _direction(f2.interpretation) == -1
+    kinds = []
+    if value_conflict:
+        kinds.append("value")
+        if f1.citation and f2.citation:
+            if source_of(f1.citation, source_authority) != source_of(f2.citation, source_authority):
+                kinds.append("source")
+    if interp_conflict:
+        kinds.append("interpretation")
+    if not kinds and abs(f1.confidence - f2.confidence) > CONFIDENCE_GAP:
+        kinds.append("confidence")
+    severity: Literal["high", "medium", "low"] = "low"
+    if value_conflict and interp_conflict:
+        severity = "high"
+    elif value_conflict and rel is not None:
+        severity = _severity(rel)
+    elif interp_conflict:
+        severity = "medium"
+    return kinds, rel, severity
+
+
+def detect_contradictions(
+    reports: Sequence[AgentReport], source_authority: Sequence[str] = SOURCE_AUTHORITY
+) -> list[Contradiction]:
     """Find real conflicts between agents' findings (rules in the module docstring)."""
     by_metric: dict[str, list[tuple[str, Finding]]] = {}
     for report in reports:
@@ -221,31 +301,17 @@ def detect_contradictions(reports: Sequence[AgentReport]) -> list[Contradiction]
         for (a1, f1), (a2, f2) in itertools.combinations(items, 2):
             if a1 == a2:
                 continue
-            rel = None
-            value_conflict = False
-            if f1.value is not None and f2.value is not None:
-                denom = max(abs(f1.value), abs(f2.value))
-                rel = abs(f1.value - f2.value) / denom if denom else 0.0
-                value_conflict = rel > REL_THRESHOLD
-            d1, d2 = _direction(f1.interpretation), _direction(f2.interpretation)
-            interp_conflict = d1 * d2 == -1
-            if not (value_conflict or interp_conflict):
+            kinds, rel, severity = _conflicts(f1, f2, source_authority)
+            if not kinds:
                 continue
-            if value_conflict and interp_conflict:
-                kind, severity = "value+interpretation", "high"
-            elif value_conflict:
-                assert rel is not None
-                kind, severity = "value", _severity(rel)
-            else:
-                kind, severity = "interpretation", "medium"
             out.append(
                 Contradiction(
                     id=len(out),
                     metric_name=metric,
                     agent1=_claim(a1, f1),
                     agent2=_claim(a2, f2),
-                    kind=kind,
-                    relative_difference=round(rel, 4) if rel is not None else None,
+                    kind="+".join(kinds),
+                    relative_difference=round(rel, 4) if rel is not None and math.isfinite(rel) else None,
                     severity=severity,
                 )
             )
@@ -261,7 +327,8 @@ def _settle(metric: str, pairs: list[tuple[Contradiction, Ruling]]) -> MetricCon
         claims.setdefault(c.agent2.agent, c.agent2)
         d = r.decision
         if d is None:
-            return MetricConsensus(metric_name=metric, status="flagged", reason="an arbitration call failed")
+            reason = f"no ruling: {r.error}" if r.error else "an arbitration call failed"
+            return MetricConsensus(metric_name=metric, status="flagged", reason=reason)
         if d.resolution == "neither_valid" or d.action == "flag_for_review":
             return MetricConsensus(
                 metric_name=metric, status="flagged", reason=f"arbitrator: {d.explanation}"
@@ -369,6 +436,8 @@ async def arbitrate(
     concurrency: int = 4,
     on_progress: ProgressCallback | None = None,
     debate: Debate | None = None,
+    source_authority: Sequence[str] = SOURCE_AUTHORITY,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> ArbitrationResult:
     """Detect contradictions, arbitrate each with one call, and build the consensus.
 
@@ -380,11 +449,15 @@ async def arbitrate(
             ``("debate", "running")``, ``("debate", "progress", {"done", "total"})`` and
             ``("debate", "complete", {...}, latency_ms)``.
         debate: a preconfigured Debate on an arbitration-shaped protocol (default: the preset).
+        source_authority: source names, most authoritative first (others rank after them); used
+            for source conflicts and given to the arbitrator in its prompt.
+        timeout: seconds for the whole arbitration (None: no limit); contradictions without a
+            ruling by then are flagged for review and the status is ``timed_out``.
     """
     started = time.perf_counter()
     parsed = [r if isinstance(r, AgentReport) else AgentReport.model_validate(r) for r in reports]
     await _notify(on_progress, "debate", "running")
-    contradictions = detect_contradictions(parsed)
+    contradictions = detect_contradictions(parsed, source_authority)
     if not contradictions:
         result = ArbitrationResult(status="skipped", contradictions_found=0, adjusted_reports=parsed)
         await _notify(
@@ -397,8 +470,9 @@ async def arbitrate(
 
     async def one(c: Contradiction) -> tuple[Ruling, DebateResult]:
         nonlocal done
+        context = {**c.model_dump(mode="json"), "source_authority": [*source_authority, "other"]}
         async with gate:
-            res = await arbiter.run(c.describe(), context=c.model_dump(mode="json"))
+            res = await arbiter.run(c.describe(source_authority), context=context)
         turn = res.rounds[0].turns[0] if res.rounds and res.rounds[0].turns else None
         decision = Arbitration.model_validate(turn.content) if turn is not None and turn.ok else None
         error = None if decision is not None else (turn.error if turn is not None else res.fallback)
@@ -406,17 +480,13 @@ async def arbitrate(
         await _notify(on_progress, "debate", "progress", {"done": done, "total": len(contradictions)})
         return Ruling(contradiction_id=c.id, decision=decision, turn=turn, error=error), res
 
-    outcomes = await asyncio.gather(*(one(c) for c in contradictions))
-    rulings = [r for r, _ in outcomes]
-    usage = Usage()
-    for _, res in outcomes:
-        usage = usage + res.usage
+    rulings, usage, timed_out = await _run_all(contradictions, one, timeout)
     metrics, adjusted, narrative = build_consensus(parsed, contradictions, rulings)
     status_of = {m.metric_name: m.status for m in metrics}
     flagged = sum(1 for c in contradictions if status_of[c.metric_name] == "flagged")
     latency = (time.perf_counter() - started) * 1000
     result = ArbitrationResult(
-        status="complete",
+        status="timed_out" if timed_out else "complete",
         contradictions_found=len(contradictions),
         contradictions=contradictions,
         rulings=rulings,
@@ -431,6 +501,29 @@ async def arbitrate(
     summary = {"contradictions": len(contradictions), "resolved": result.resolved, "flagged": flagged}
     await _notify(on_progress, "debate", "complete", summary, latency)
     return result
+
+
+async def _run_all(
+    contradictions: Sequence[Contradiction],
+    one: Callable[[Contradiction], Awaitable[tuple[Ruling, DebateResult]]],
+    timeout: float | None,
+) -> tuple[list[Ruling], Usage, bool]:
+    """Every arbitration under the overall timeout; an unfinished one keeps a ruling saying so."""
+    tasks = [asyncio.ensure_future(one(c)) for c in contradictions]
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    rulings, usage = [], Usage()
+    for c, task in zip(contradictions, tasks, strict=True):
+        if task in pending:
+            error = f"no ruling within the overall timeout of {timeout:g} s; flagged for review"
+            rulings.append(Ruling(contradiction_id=c.id, error=error))
+            continue
+        ruling, res = task.result()  # re-raises what a task raised
+        rulings.append(ruling)
+        usage = usage + res.usage
+    return rulings, usage, bool(pending)
 
 
 def arbitrate_sync(reports: Sequence[AgentReport | dict[str, Any]], **kwargs: Any) -> ArbitrationResult:

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..arbitration import AgentReport, ArbitrationResult, arbitrate_sync
+from ..arbitration import DEFAULT_TIMEOUT, SOURCE_AUTHORITY, AgentReport, ArbitrationResult, arbitrate_sync
 from ..errors import UsageError
 from ..runs import recording
 from . import _exit
@@ -76,6 +76,13 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str | None, typer.Option(help="Arbitrator model spec.")] = None,
         concurrency: Annotated[int, typer.Option(min=1, help="Arbitration calls in flight at once.")] = 4,
         as_json: Annotated[bool, typer.Option("--json", help="Print only the result as JSON.")] = False,
+        source_authority: Annotated[
+            str,
+            typer.Option(help="Sources, most authoritative first, comma-separated; others rank after."),
+        ] = ",".join(SOURCE_AUTHORITY),
+        timeout: Annotated[
+            float, typer.Option(min=0.1, help="Seconds for the whole arbitration; unfinished: flagged.")
+        ] = DEFAULT_TIMEOUT,
         store: StoreOption = None,
         no_store: NoStoreOption = False,
     ) -> int:
@@ -107,7 +114,14 @@ def register(app: typer.Typer) -> None:
                 rec.event("progress", {"stage": stage, "status": status, "data": data, "latency_ms": latency})
                 progress(stage, status, data, latency)
 
-            result = arbitrate_sync(parsed, model=model, concurrency=concurrency, on_progress=on_progress)
+            result = arbitrate_sync(
+                parsed,
+                model=model,
+                concurrency=concurrency,
+                on_progress=on_progress,
+                source_authority=[s.strip() for s in source_authority.split(",") if s.strip()],
+                timeout=timeout,
+            )
             failed = sum(1 for r in result.rulings if r.decision is None)
             rec.finish(result, status="fell_back" if failed else "complete", summary={"failed": failed})
         if as_json:
