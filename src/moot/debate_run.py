@@ -111,7 +111,7 @@ class DebateRun:
                 return await step
         except TimeoutError:
             if self._deadline is not None and asyncio.get_running_loop().time() >= self._deadline:
-                self._stop(f"timeout: the debate exceeded {self.protocol.timeout:g} s")
+                self._stop(f"timeout: the debate exceeded {self.result.timings.deadline_s:g} s")
             else:  # a TimeoutError raised by a backend, not our deadline
                 self._stop("timeout: a model call timed out")
         except BudgetExceeded as exc:
@@ -128,8 +128,9 @@ class DebateRun:
     async def begin(self) -> None:
         """Emit ``debate_started``, start the deadline and open round 1."""
         self._t0 = time.perf_counter()
-        if self.protocol.timeout is not None:
-            self._deadline = asyncio.get_running_loop().time() + self.protocol.timeout
+        seconds = self.result.timings.deadline_s = await self.debate.deadline()
+        if seconds is not None:
+            self._deadline = asyncio.get_running_loop().time() + seconds
         await self.emit("debate_started", message=self.topic)
         self.result.rounds.append(Round(number=1))
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from .deadline import run_deadline
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
 from .models import Model, resolve_model
@@ -31,7 +32,9 @@ class Debate:
         model: the default model: a ``provider:model`` spec, a Model, or None for ``local``.
         role_models: per-persona models (multi-model routing), e.g. ``{"judge": "openai:gpt-4o"}``;
             a persona's own ``model`` field is used when it has no entry here.
-        overrides: protocol fields to override (``rounds``, ``timeout``...).
+        overrides: protocol fields to override (``rounds``, ``timeout``...). A ``timeout`` given
+            here is explicit and used as is; otherwise the deadline is sized to the models
+            (:mod:`moot.deadline`).
 
     Raises:
         ConfigError: invalid protocol, a prompt file that does not exist, or ``role_models``
@@ -47,6 +50,7 @@ class Debate:
         overrides: dict[str, Any] | None = None,
     ) -> None:
         self.protocol = load_protocol(protocol, overrides)
+        self._explicit_timeout = bool(overrides) and "timeout" in (overrides or {})
         # A missing prompt file is a configuration error: fail now, not in the middle of a run.
         for step in (self.protocol.moderator, self.protocol.judge):
             if step is not None:
@@ -70,6 +74,17 @@ class Debate:
         if model is None:
             model = self._models[key] = resolve_model(self._role_specs.get(key, self._default_spec))
         return model
+
+    async def deadline(self) -> float | None:
+        """The overall deadline in seconds for a run (None: none); see :mod:`moot.deadline`.
+
+        Asks every participant's model for its expected speed, which loads a local model.
+        """
+        speeds = []
+        if not self._explicit_timeout:
+            models = {id(m): m for m in (self.model_for(k) for k in self.protocol.personas)}
+            speeds = [await m.expected_speed() for m in models.values()]
+        return run_deadline(self.protocol, speeds, explicit=self._explicit_timeout)
 
     async def aclose(self) -> None:
         """Close what the resolved models hold for the running event loop (``run_sync`` does this)."""

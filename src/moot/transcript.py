@@ -164,6 +164,8 @@ class Timings(BaseModel):
     """Sum of turn latencies (exceeds wall_ms when turns overlap)."""
     queue_ms: float = 0.0
     """Sum of the turns' waits for a model's concurrency gate."""
+    deadline_s: float | None = None
+    """The run's overall deadline in seconds (see :mod:`moot.deadline`), None for none."""
 
 
 class DebateResult(BaseModel):

@@ -7,7 +7,7 @@ import importlib
 import weakref
 from typing import Any, ClassVar
 
-from .base import Model
+from .base import Model, default_request_timeout
 
 __all__ = ["SDKModel"]
 
@@ -26,10 +26,11 @@ class SDKModel(Model):
     _api_key: str
     base_url: str | None
 
-    def __init__(self, *, http_client: Any, timeout: float, max_concurrency: int) -> None:
+    def __init__(self, *, http_client: Any, timeout: float | None, max_concurrency: int) -> None:
         super().__init__()
         self.max_concurrency = max_concurrency
-        self.timeout = timeout
+        self.timeout = timeout if timeout is not None else default_request_timeout()
+        self.request_timeout = self.timeout
         self._http_client = http_client
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 

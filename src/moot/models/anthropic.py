@@ -25,7 +25,7 @@ from ..errors import (
     ModelResponseError,
 )
 from ._sdk import SDKModel
-from .base import Message, ModelRequest, ModelResponse, Usage, check_allow_model_requests
+from .base import Message, ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
 from .openai import parse_retry_after
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "DEFAULT_MAX_TOKENS", "AnthropicModel", "map_anthropic_error"]
@@ -102,7 +102,8 @@ class AnthropicModel(SDKModel):
         http_client: an ``httpx2.AsyncClient`` (``httpx.AsyncClient`` for
             anthropic < 1) to use, e.g. with a ``MockTransport`` in tests.
         max_concurrency: requests in flight at once through this instance.
-        timeout: seconds per request.
+        timeout: seconds one whole request may take; default ``$MOOT_REQUEST_TIMEOUT``, else 60
+            (:data:`~moot.models.base.DEFAULT_REQUEST_TIMEOUT`).
         send_temperature: send ``request.temperature`` when set. Recent SDKs
             dropped the parameter from their signature, so it goes in the body;
             turn this off for models that reject it.
@@ -122,7 +123,7 @@ class AnthropicModel(SDKModel):
         base_url: str | None = None,
         http_client: Any = None,
         max_concurrency: int = 16,
-        timeout: float = 120.0,
+        timeout: float | None = None,
         send_temperature: bool = True,
     ) -> None:
         super().__init__(http_client=http_client, timeout=timeout, max_concurrency=max_concurrency)
@@ -141,8 +142,14 @@ class AnthropicModel(SDKModel):
 
     @classmethod
     def from_spec(cls, rest: str) -> AnthropicModel:
-        """Build from the part of the spec after ``anthropic:`` (the model name)."""
-        return cls(rest.strip() or DEFAULT_ANTHROPIC_MODEL)
+        """Build from the part of the spec after ``anthropic:``: ``MODEL`` or ``MODEL?timeout=SECONDS``.
+
+        Raises:
+            UsageError: an unknown option or a bad timeout.
+        """
+        name, options = split_spec_options(rest)
+        timeout = float(options["timeout"]) if "timeout" in options else None
+        return cls(name or DEFAULT_ANTHROPIC_MODEL, timeout=timeout)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Send one Messages API call.

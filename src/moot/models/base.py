@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import urllib.parse
 import weakref
 from abc import ABC, abstractmethod
 from contextvars import ContextVar
@@ -21,13 +23,69 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "Usage",
+    "DEFAULT_REQUEST_TIMEOUT",
     "check_allow_model_requests",
+    "default_request_timeout",
     "note_extra_request",
+    "split_spec_options",
 ]
 
 #: Global kill switch. Unit tests set it to False so that any real backend call
 #: raises ModelRequestsBlocked instead of silently touching a network or a model.
 ALLOW_MODEL_REQUESTS = True
+
+
+DEFAULT_REQUEST_TIMEOUT = 60.0
+"""Seconds one request to a remote backend may take as a whole, connect to last byte.
+
+Long enough for a reply of a few thousand tokens from a hosted model; short enough that a
+hung or dripping server costs a minute per attempt, not the SDKs' 10 minutes per read.
+Override with ``MOOT_REQUEST_TIMEOUT``, a backend's ``timeout=``, or ``?timeout=S`` in its spec.
+"""
+
+
+def default_request_timeout() -> float:
+    """``$MOOT_REQUEST_TIMEOUT`` if set (seconds), else :data:`DEFAULT_REQUEST_TIMEOUT`.
+
+    Raises:
+        UsageError: the variable is not a positive number.
+    """
+    raw = os.environ.get("MOOT_REQUEST_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_REQUEST_TIMEOUT
+    return _positive_seconds(raw, "MOOT_REQUEST_TIMEOUT")
+
+
+def _positive_seconds(raw: str, what: str) -> float:
+    from ..errors import UsageError
+
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{what} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def split_spec_options(rest: str, allowed: tuple[str, ...] = ("timeout",)) -> tuple[str, dict[str, str]]:
+    """Split ``name?key=value&...`` (the part of a spec after ``provider:``) into name and options.
+
+    ``timeout`` is checked to be a positive number of seconds.
+
+    Raises:
+        UsageError: an option not in ``allowed``, or a bad timeout.
+    """
+    from ..errors import UsageError
+
+    name, _, query = rest.partition("?")
+    options = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise UsageError(f"unknown model option(s) {', '.join(unknown)}; known: {', '.join(allowed)}")
+    if "timeout" in options:
+        _positive_seconds(options["timeout"], "timeout")
+    return name.strip(), options
 
 
 def check_allow_model_requests() -> None:
@@ -190,6 +248,14 @@ class Model(ABC):
         if sem is None:
             sem = sems[loop] = asyncio.Semaphore(self.max_concurrency)
         return sem
+
+    async def expected_speed(self) -> float | None:
+        """Tokens per second this model is expected to generate, or None for a remote service.
+
+        Sizes default deadlines (:mod:`moot.deadline`). The default returns
+        ``tokens_per_second``; the local backend measures itself when it loads.
+        """
+        return self.tokens_per_second
 
     async def aclose(self) -> None:
         """Release resources bound to the running event loop (HTTP connection pools).

@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,10 @@ DEFAULT_MAX_TOKENS = 512
 #: twice wastes memory, and the lock is per context because a context is not thread-safe.
 _LOADED: dict[tuple[str, int], tuple[Any, threading.Lock]] = {}
 _LOAD_LOCK = threading.Lock()
+#: (resolved path, n_ctx) -> measured generation speed in tokens/s (see LocalModel.expected_speed).
+_SPEED: dict[tuple[str, int], float] = {}
+SPEED_PROBE_TOKENS = 24
+"""Tokens generated once per loaded model to measure its speed on this machine."""
 
 
 @atexit.register
@@ -341,6 +346,33 @@ class LocalModel(Model):
         """
         llm, _ = self._llama()
         return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    async def expected_speed(self) -> float | None:
+        """Tokens per second measured on this machine: a short generation, once per loaded model.
+
+        Loads the model if needed (in a worker thread). The figure sizes the default
+        deadline of a debate (:mod:`moot.deadline`), which for an in-process model must
+        fit a whole debate at the speed this machine actually has.
+
+        Raises:
+            ModelRequestsBlocked: real requests are disabled.
+        """
+        check_allow_model_requests()
+        key = (str(self.path), self.n_ctx)
+        if key not in _SPEED:
+            _SPEED[key] = await asyncio.to_thread(self._measure_speed)
+        return _SPEED[key]
+
+    def _measure_speed(self) -> float:
+        llm, lock = self._llama()
+        with lock:
+            started = time.perf_counter()
+            out = llm.create_completion(
+                "The three primary colours are", max_tokens=SPEED_PROBE_TOKENS, temperature=0.0
+            )
+            elapsed = time.perf_counter() - started
+        tokens = int((out.get("usage") or {}).get("completion_tokens") or SPEED_PROBE_TOKENS)
+        return max(tokens, 1) / max(elapsed, 1e-3)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Generate one chat completion in a worker thread.

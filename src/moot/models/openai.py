@@ -49,7 +49,7 @@ from ..errors import (
     UsageError,
 )
 from ._sdk import SDKModel
-from .base import ModelRequest, ModelResponse, Usage, check_allow_model_requests
+from .base import ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
 from .structured_mode import ModeSelector, StructuredMode, response_format
 
 __all__ = [
@@ -163,7 +163,8 @@ class OpenAIModel(SDKModel):
         http: ``httpx`` (the SDK's default) or ``aiohttp`` (cheaper per call at high
             concurrency; extra ``moot[aiohttp]``); default ``$MOOT_OPENAI_HTTP``, else ``httpx``.
         max_concurrency: requests in flight at once through this instance.
-        timeout: seconds per request.
+        timeout: seconds one whole request may take; default ``$MOOT_REQUEST_TIMEOUT``, else 60
+            (:data:`~moot.models.base.DEFAULT_REQUEST_TIMEOUT`).
 
     Raises:
         MissingDependencyError: the ``openai`` package (or, for ``http="aiohttp"``, the SDK's
@@ -184,7 +185,7 @@ class OpenAIModel(SDKModel):
         http_client: Any = None,
         http: HttpBackend | None = None,
         max_concurrency: int = 16,
-        timeout: float = 120.0,
+        timeout: float | None = None,
     ) -> None:
         super().__init__(http_client=http_client, timeout=timeout, max_concurrency=max_concurrency)
         try:
@@ -224,8 +225,14 @@ class OpenAIModel(SDKModel):
 
     @classmethod
     def from_spec(cls, rest: str) -> OpenAIModel:
-        """Build from the part of the spec after ``openai:`` (the model name)."""
-        return cls(rest.strip() or DEFAULT_OPENAI_MODEL)
+        """Build from the part of the spec after ``openai:``: ``MODEL`` or ``MODEL?timeout=SECONDS``.
+
+        Raises:
+            UsageError: an unknown option or a bad timeout.
+        """
+        name, options = split_spec_options(rest)
+        timeout = float(options["timeout"]) if "timeout" in options else None
+        return cls(name or DEFAULT_OPENAI_MODEL, timeout=timeout)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Send one chat completion.

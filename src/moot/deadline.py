@@ -1,0 +1,77 @@
+"""The overall deadline of a debate run, sized to the models that play it.
+
+Every run has a deadline; when it passes, the run falls back (initial answer or best
+answer so far) and turns in flight are kept, marked cancelled. Which deadline:
+
+1. An explicit one wins: ``--timeout`` on the CLI, or ``overrides={"timeout": S}``
+   (``None`` there means no deadline at all).
+2. Remote backends (OpenAI-compatible servers, Anthropic: ``tokens_per_second`` is
+   None): the protocol's own ``timeout`` (the seeds' values, e.g. 10 s for ``answer``),
+   else :data:`DEFAULT_DEADLINE`.
+3. A backend that declares its speed (``local`` measures tokens/s when it loads): the
+   larger of the protocol's ``timeout`` and an estimate of one full debate at that
+   speed, :func:`local_estimate`. On a 2-core machine the embedded model cannot finish
+   the ``answer`` preset in the seed's 10 s, and a default that always falls back would
+   make the default command useless.
+"""
+
+from __future__ import annotations
+
+from .protocol import Protocol
+
+__all__ = [
+    "CONSTRAINED_COST",
+    "DEFAULT_DEADLINE",
+    "MARGIN",
+    "PROMPT_TOKENS",
+    "local_estimate",
+    "planned_calls",
+    "run_deadline",
+]
+
+DEFAULT_DEADLINE = 300.0
+"""Seconds, for protocols that set no ``timeout``, on remote backends."""
+CONSTRAINED_COST = 2.5
+"""Cost of one schema-constrained token relative to a free one (grammar decoding, measured ~2.3x)."""
+PROMPT_TOKENS = 800
+"""Prompt tokens assumed per call (system prompt, persona, visible turns)."""
+PROMPT_COST = 0.5
+"""Cost of reading one prompt token relative to generating one (prompts read ~2x faster)."""
+MARGIN = 1.5
+"""Head room over the estimate: a machine shared with other work, a repair request here and there."""
+FLOOR = 30.0
+"""No estimated deadline is shorter than this many seconds."""
+
+
+def planned_calls(protocol: Protocol) -> list[int]:
+    """The token cap of every call one full run makes (all rounds, no early stop, no repairs)."""
+    per_turn = protocol.max_tokens_per_turn
+    calls = [per_turn] * (len(protocol.speakers()) * protocol.rounds)
+    if protocol.moderator is not None:
+        calls += [protocol.moderator.max_tokens or per_turn] * protocol.rounds
+    if protocol.judge is not None:
+        calls.append(protocol.judge.max_tokens or per_turn)
+    return calls
+
+
+def local_estimate(protocol: Protocol, tokens_per_second: float) -> float:
+    """Seconds one full run takes, calls one after another, at ``tokens_per_second``, with margin."""
+    work = sum(cap * CONSTRAINED_COST + PROMPT_TOKENS * PROMPT_COST for cap in planned_calls(protocol))
+    return max(FLOOR, MARGIN * work / max(tokens_per_second, 1e-3))
+
+
+def run_deadline(protocol: Protocol, speeds: list[float | None], *, explicit: bool) -> float | None:
+    """The deadline in seconds (None: none) for a run of ``protocol``; see the module docstring.
+
+    Args:
+        protocol: the protocol (its ``timeout`` is the explicit or seed value).
+        speeds: the declared tokens/s of each model taking part (None: remote).
+        explicit: whether ``protocol.timeout`` was given explicitly by the caller.
+    """
+    if explicit:
+        return protocol.timeout
+    known = [s for s in speeds if s is not None]
+    if not known:
+        return protocol.timeout if protocol.timeout is not None else DEFAULT_DEADLINE
+    estimate = local_estimate(protocol, min(known))
+    return max(estimate, protocol.timeout or 0.0)

@@ -1,0 +1,147 @@
+"""Every run is bounded in time: whole-request timeouts, hung and dripping servers, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from fault_server import Fate, FaultServer, schema_reply
+from moot import Debate, FunctionModel, ModelRequest
+from moot.cli import main
+from moot.deadline import DEFAULT_DEADLINE, local_estimate, planned_calls, run_deadline
+from moot.errors import ModelTimeoutError, UsageError
+from moot.models import base
+from moot.models.base import CallStats, Message, default_request_timeout
+from moot.models.openai import OpenAIModel
+from moot.models.retry import RetryPolicy, call_model
+from moot.models.testing import SchemaModel
+from moot.protocol import load_protocol, preset_names
+
+STRUCTURED = ModelRequest(
+    messages=[Message(role="user", content="hi")],
+    json_schema={"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+)
+
+
+@pytest.fixture
+def allow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MOOT_OPENAI_STRUCTURED_MODE", "MOOT_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def timed_call(url: str, timeout: float, retries: int) -> tuple[Exception | None, float, CallStats]:
+    model = OpenAIModel("m", base_url=url, timeout=timeout)
+    stats = CallStats()
+
+    async def go() -> Exception | None:
+        try:
+            await call_model(model, STRUCTURED, RetryPolicy(max_retries=retries, base_delay=0), stats=stats)
+        except Exception as err:  # noqa: BLE001 - returned for the assertions
+            return err
+        finally:
+            await model.aclose()
+        return None
+
+    started = time.perf_counter()
+    err = asyncio.run(go())
+    return err, time.perf_counter() - started, stats
+
+
+@pytest.mark.usefixtures("allow")
+class TestWholeRequestTimeout:
+    def test_hung_server(self) -> None:
+        with FaultServer(lambda n, body, headers: Fate("hang")) as server:
+            err, elapsed, stats = timed_call(server.url, timeout=0.4, retries=1)
+            seen = server.requests
+        assert isinstance(err, ModelTimeoutError) and err.seconds == 0.4 and err.retryable
+        assert 0.8 <= elapsed < 2.0  # two attempts of 0.4 s, not the SDK's minutes
+        assert stats.usage.attempts == seen == 2 and stats.usage.calls == 0
+
+    def test_dripping_server_is_cut_at_the_limit(self) -> None:
+        # One byte every 50 ms keeps every read alive: only a whole-request bound stops it.
+        with FaultServer(lambda n, body, headers: Fate("drip", drip_seconds=0.05)) as server:
+            err, elapsed, stats = timed_call(server.url, timeout=0.5, retries=0)
+        assert isinstance(err, ModelTimeoutError)
+        assert elapsed < 1.5
+
+    def test_timeout_then_answer(self) -> None:
+        def handler(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+            return Fate("hang") if n == 0 else Fate(content=schema_reply(body))
+
+        with FaultServer(handler) as server:
+            err, _, stats = timed_call(server.url, timeout=0.3, retries=2)
+        assert err is None
+        assert (stats.usage.attempts, stats.usage.calls) == (2, 1)
+
+
+class TestConfiguration:
+    def test_default_and_env(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("MOOT_REQUEST_TIMEOUT", raising=False)
+        assert default_request_timeout() == 60.0
+        assert OpenAIModel("m", base_url="http://127.0.0.1:9/v1").request_timeout == 60.0
+        monkeypatch.setenv("MOOT_REQUEST_TIMEOUT", "7.5")
+        assert OpenAIModel("m", base_url="http://127.0.0.1:9/v1").request_timeout == 7.5
+        monkeypatch.setenv("MOOT_REQUEST_TIMEOUT", "soon")
+        with pytest.raises(UsageError, match="MOOT_REQUEST_TIMEOUT"):
+            default_request_timeout()
+
+    def test_spec_option(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        model = OpenAIModel.from_spec("qwen?timeout=2.5")
+        assert (model.model, model.request_timeout) == ("qwen", 2.5)
+        with pytest.raises(UsageError, match="unknown model option"):
+            OpenAIModel.from_spec("qwen?tmeout=2")
+        with pytest.raises(UsageError, match="positive number"):
+            OpenAIModel.from_spec("qwen?timeout=-1")
+
+
+class TestDeadlines:
+    def test_explicit_timeout_wins(self) -> None:
+        protocol = load_protocol("answer", {"timeout": 3})
+        assert run_deadline(protocol, [5.0], explicit=True) == 3
+
+    def test_remote_uses_the_seed_deadline_or_the_default(self) -> None:
+        assert run_deadline(load_protocol("answer"), [None], explicit=False) == 10
+        assert run_deadline(load_protocol("panel"), [None, None], explicit=False) == DEFAULT_DEADLINE
+
+    def test_a_slow_local_model_gets_a_deadline_that_fits_a_full_debate(self) -> None:
+        protocol = load_protocol("answer")
+        assert planned_calls(protocol) == [500, 500, 500, 500, 800]
+        slow = run_deadline(protocol, [None, 40.0], explicit=False)
+        assert slow is not None and slow == local_estimate(protocol, 40.0) > 10
+        fast = run_deadline(protocol, [4000.0], explicit=False)
+        assert fast == 30.0  # the floor: never shorter, and never below the seed's 10 s
+
+    @pytest.mark.parametrize("name", preset_names())
+    def test_every_preset_runs_under_a_deadline(self, name: str) -> None:
+        result = Debate(name, model=SchemaModel()).run_sync("Q?")
+        assert result.timings.deadline_s is not None and result.timings.deadline_s > 0
+
+    def test_declared_speed_sizes_the_run_deadline(self) -> None:
+        model = FunctionModel(lambda req: {"answer": "a", "final_answer": "f"})
+        model.tokens_per_second = 50.0
+        result = Debate("answer", model=model).run_sync("Q?")
+        assert result.timings.deadline_s == local_estimate(load_protocol("answer"), 50.0)
+        explicit = Debate("answer", model=model, overrides={"timeout": 4}).run_sync("Q?")
+        assert explicit.timings.deadline_s == 4
+
+
+@pytest.mark.usefixtures("allow")
+def test_cli_run_against_a_hung_server_returns_within_its_timeout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FaultServer(lambda n, body, headers: Fate("hang")) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        started = time.perf_counter()
+        code = main(["run", "Q?", "--model", "openai:m", "--timeout", "1.5", "--json", "--no-store"])
+        elapsed = time.perf_counter() - started
+    assert elapsed < 1.5 + 1.0
+    result = json.loads(capsys.readouterr().out)
+    assert result["fallback"].startswith("timeout")
+    assert code == 1
+    assert all(t["cancelled"] for r in result["rounds"] for t in r["turns"])
