@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from moot import Debate
 from moot.absa import FinalResult
 from moot.cli import main
 from moot.models import ModelRequest
-from moot.models.testing import FunctionModel, schema_instance
+from moot.models.testing import FunctionModel, Reply, ScriptedModel, schema_instance
+from moot.schemas import get_output
 from moot.transcript import DebateResult
 
 SENTENCE = "The pasta was great but the service was slow."
@@ -139,3 +142,86 @@ def test_answer_rounds_over_the_seed_limit_is_a_usage_error(capsys: pytest.Captu
     assert main(["run", "Why?", "--protocol", "answer", "--rounds", "4", "--model", "seedfake:x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("moot: error:") and "limit of 3 rounds" in err
+
+
+# -- seed 003: the judge's evidence ---------------------------------------------------------------
+def _judgement(spans: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "final_patch": [],
+        "final_tuples": [{"aspect_ref": "pasta", "polarity": "Positive"}],
+        "sentence_polarity": "mixed",
+        "sentence_evidence_spans": spans,
+        **extra,
+    }
+
+
+def _patch_script(*judge_replies: dict[str, Any]) -> ScriptedModel:
+    speakers: dict[str, list[Reply]] = {k: [{"agent": k, "proposed_edits": []}] for k in ("epm", "tan")}
+    # cj speaks once as a speaker, then judges
+    speakers["cj"] = [{"agent": "cj", "proposed_edits": []}, *judge_replies]
+    return ScriptedModel(speakers)
+
+
+def test_judge_aspect_evidence_is_kept_in_the_result() -> None:
+    evidence = [{"aspect_ref": "pasta", "spans": ["pasta was great"]}]
+    model = _patch_script(_judgement(["pasta was great"], aspect_evidence=evidence))
+    result = Debate("patch", model=model).run_sync(SENTENCE)
+    assert result.verdict is not None and result.verdict.get("aspect_evidence") == evidence
+    assert result.verdict.get("final_tuples") == [
+        {"aspect_ref": "pasta", "aspect_term": None, "polarity": "positive"}
+    ]
+    assert (
+        DebateResult.model_validate_json(result.model_dump_json()).verdict.get("aspect_evidence") == evidence
+    )  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("spans", "reason"),
+    [
+        ([], "at least one evidence span is required"),
+        (["pasta was delicious"], "no evidence span is an exact substring of the sentence"),
+    ],
+)
+def test_missing_or_inexact_spans_get_one_repair_with_the_reason(spans: list[str], reason: str) -> None:
+    model = _patch_script(_judgement(spans), _judgement(["service was slow"]))
+    result = Debate("patch", model=model).run_sync(SENTENCE)
+    assert result.verdict is not None and result.verdict.ok and result.verdict.repaired
+    assert result.verdict.get("sentence_evidence_spans") == ["service was slow"]
+    repair = model.requests[-1].messages[-1].content
+    assert reason in repair
+    assert result.usage.calls == 5
+
+
+def test_spans_still_inexact_after_the_repair_are_a_recorded_failure() -> None:
+    model = _patch_script(_judgement(["nope"]), _judgement(["still not in it"]))
+    result = Debate("patch", model=model).run_sync(SENTENCE)
+    v = result.verdict
+    assert v is not None and not v.ok and v.error is not None
+    assert "no evidence span is an exact substring" in v.error and "still not in it" in (v.raw or "")
+    assert result.fallback is not None and result.fallback.startswith("judge failed")
+    assert result.failed_turns == 1
+
+
+def test_closed_sets_are_enums_in_the_schemas() -> None:
+    edit = get_output("patch").model_json_schema()["$defs"]["EditTarget"]["properties"]["polarity"]
+    assert {"enum": ["positive", "negative", "neutral", "mixed"], "type": "string"} in edit["anyOf"]
+    stance = get_output("prt").model_json_schema()["properties"]["stance"]
+    assert stance["enum"] == ["pro", "con", "neutral"]
+    turn = get_output("patch").model_validate(
+        {
+            "agent": "epm",
+            "proposed_edits": [
+                {"op": "set_polarity", "target": {"aspect_ref": "a", "polarity": " NEGATIVE"}}
+            ],
+        }
+    )
+    assert turn.model_dump()["proposed_edits"][0]["target"]["polarity"] == "negative"
+    with pytest.raises(ValidationError):
+        get_output("patch").model_validate(
+            {
+                "agent": "epm",
+                "proposed_edits": [
+                    {"op": "set_polarity", "target": {"aspect_ref": "a", "polarity": "great"}}
+                ],
+            }
+        )

@@ -306,6 +306,7 @@ class DebateRun:
                 before_call=self._before_call,
                 on_retry=on_retry,
                 stats=stats,
+                validation_context={"topic": self.topic},
             )
         except asyncio.CancelledError:
             # The run stopped (deadline, a sibling's fallback) with this call in flight: keep the

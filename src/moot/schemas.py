@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from .errors import ConfigError
 
@@ -26,6 +26,7 @@ __all__ = [
     "DebateSummary",
     "MessageTurn",
     "Moderation",
+    "AspectEvidence",
     "PatchJudgement",
     "PatchTurn",
     "PrtTurn",
@@ -81,7 +82,7 @@ class PrtTurn(_Out):
     """Planning -> Reflection -> Action (seed 001's DebateTurn)."""
 
     speaker: str = Field(description="your persona name")
-    stance: str = Field(description="pro, con or neutral")
+    stance: Annotated[StanceOut, BeforeValidator(_lower)] = Field(description="pro, con or neutral")
     planning: str = Field(description="what you will argue and why")
     reflection: str = Field(description="weak points of your plan and of earlier turns")
     message: str = Field(description="what you say to the panel")
@@ -142,6 +143,16 @@ class Synthesis(_Out):
 
 PatchOp = Literal["set_polarity", "set_aspect_ref", "merge_tuples", "drop_tuple", "confirm_tuple"]
 Polarity = Literal["positive", "negative", "neutral", "mixed"]
+StanceOut = Literal["pro", "con", "neutral"]
+
+
+def _lower(value: Any) -> Any:
+    # Small models write "Positive" or " CON "; normalise before the enum check.
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+PolarityIn = Annotated[Polarity, BeforeValidator(_lower)]
+"""A polarity enum (the grammar and validation enforce it), case-insensitive on input."""
 
 
 class EditTarget(_Out):
@@ -149,7 +160,7 @@ class EditTarget(_Out):
 
     aspect_ref: str = Field(description="the Stage-1 aspect term this edit targets")
     aspect_term: str | None = None
-    polarity: str | None = None
+    polarity: PolarityIn | None = None
 
 
 class ProposedEdit(_Out):
@@ -174,7 +185,14 @@ class AspectTuple(_Out):
 
     aspect_ref: str
     aspect_term: str | None = None
-    polarity: Polarity
+    polarity: PolarityIn
+
+
+class AspectEvidence(_Out):
+    """The judge's evidence for one aspect (seed 003's ``aspect_evidence``)."""
+
+    aspect_ref: str = Field(description="the Stage-1 aspect term")
+    spans: list[str] = Field(default_factory=list, description="exact substrings of the sentence")
 
 
 class PatchJudgement(_Out):
@@ -183,9 +201,29 @@ class PatchJudgement(_Out):
     final_patch: list[ProposedEdit] = Field(default_factory=list)
     final_tuples: list[AspectTuple] = Field(default_factory=list)
     unresolved_conflicts: list[str] = Field(default_factory=list)
-    sentence_polarity: Polarity
-    sentence_evidence_spans: list[str] = Field(description="exact substrings of the sentence")
+    sentence_polarity: PolarityIn
+    sentence_evidence_spans: list[str] = Field(
+        description="at least one exact substring of the sentence supporting the decision"
+    )
+    aspect_evidence: list[AspectEvidence] = Field(default_factory=list)
     rationale: str | None = None
+
+    @field_validator("sentence_evidence_spans")
+    @classmethod
+    def _one_exact_span(cls, spans: list[str], info: ValidationInfo) -> list[str]:
+        # Seed 003: at least one span, required, copied exactly. Checked when the caller gives
+        # the sentence (the engine passes the topic), so a violation gets the one repair.
+        topic = (info.context or {}).get("topic")
+        if not isinstance(topic, str):
+            return spans
+        if not any(s.strip() for s in spans):
+            raise ValueError("at least one evidence span is required: copy it word for word from [TOPIC]")
+        if not any(s and s in topic for s in spans):
+            raise ValueError(
+                "no evidence span is an exact substring of the sentence in [TOPIC]: copy at least one "
+                "span character for character"
+            )
+        return spans
 
 
 class Arbitration(_Out):

@@ -125,7 +125,9 @@ class Outcome:
         return self.value is not None
 
 
-def _validate(output_type: type[BaseModel], text: str) -> tuple[BaseModel | None, str | None]:
+def _validate(
+    output_type: type[BaseModel], text: str, context: dict[str, Any] | None = None
+) -> tuple[BaseModel | None, str | None]:
     try:
         data = extract_json(text)
     except ValueError as exc:
@@ -133,7 +135,7 @@ def _validate(output_type: type[BaseModel], text: str) -> tuple[BaseModel | None
     if not isinstance(data, dict):
         return None, "the reply must be a JSON object"
     try:
-        return output_type.model_validate(data), None
+        return output_type.model_validate(data, context=context), None
     except ValidationError as exc:
         return None, _short_errors(exc)
 
@@ -159,6 +161,7 @@ async def ask(
     before_call: Callable[[], None] | None = None,
     on_retry: Callable[[int, ModelError, float], None] | None = None,
     stats: CallStats | None = None,
+    validation_context: dict[str, Any] | None = None,
 ) -> Outcome:
     """Ask ``model`` for one ``output_type`` object; validate, repair once, or fail.
 
@@ -174,6 +177,8 @@ async def ask(
         before_call: called before each request (budgets raise from here).
         on_retry: called before each retry wait.
         stats: kept up to date while the call runs (so a cancelled caller knows what was spent).
+        validation_context: passed to pydantic as ``context`` (e.g. ``{"topic": ...}`` for
+            schemas whose rules depend on the topic); a violation gets the one repair.
 
     Returns:
         An Outcome. Backend failures after retries, and unexpected exceptions from
@@ -214,7 +219,7 @@ async def ask(
             out.error, out.exception = f"unexpected {type(exc).__name__} from {model.name}: {exc}", exc
             break
         out.raw, out.finish_reason, out.model = response.text, response.finish_reason, response.model
-        value, error = _validate(output_type, response.text)
+        value, error = _validate(output_type, response.text, validation_context)
         if value is not None:
             out.value, out.error, out.repaired = value, None, attempt == 1
             break
