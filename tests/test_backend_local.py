@@ -147,8 +147,10 @@ def test_bound_schema_sizes_strings_and_lists_to_the_budget() -> None:
     small = bound_schema(PrtTurn.model_json_schema(), 96)
     props = small["properties"]
     assert props["key_points"]["maxItems"] == 2
-    # 7 string values (5 fields + 2 list items), 7 fields in all: (96 - (8 + 6 * 7)) * 3 // 7 = 19 chars each
-    assert all(props[k]["maxLength"] == 19 for k in ("speaker", "planning", "message"))
+    # 6 string values (4 free-text fields + 2 list items; stance is an enum), 7 fields in all:
+    # (96 - (8 + 6 * 7)) * 3 // 6 = 23 chars each
+    assert all(props[k]["maxLength"] == 23 for k in ("speaker", "planning", "message"))
+    assert "maxLength" not in props["stance"]  # enums untouched
     large = bound_schema(PrtTurn.model_json_schema(), 500)
     assert (
         large["properties"]["message"]["maxLength"] > 100
