@@ -63,3 +63,59 @@ def test_default_out_has_no_n_so_a_resume_can_grow() -> None:
     assert default_out("gsm8k:data/test.jsonl", "openai:gpt-4o-mini", 3) == Path(
         "bench-out/gsm8k-test-openai_gpt-4o-mini-s3"
     )
+
+
+def test_timeout_ends_the_invocation_incomplete_with_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    import time
+
+    fake_provider("benchslow", lambda rest: oracle(lambda i, a, r: "right", delay=0.05))
+    out = tmp_path / "out"
+    argv = ["bench", "--methods", "single", "--model", "benchslow:a", "--n", "60", "--concurrency", "1"]
+    started = time.perf_counter()
+    assert main([*argv, "--out", str(out), "--no-plots", "--timeout", "0.5"]) == 1
+    assert time.perf_counter() - started < 5
+    err = capsys.readouterr().err
+    assert "stopped after --timeout 0.5 s" in err and "--resume" in err
+    assert "stopped at its `--timeout`" in (out / "report.md").read_text(encoding="utf-8")
+
+
+_SIGTERM_SCRIPT = """
+import sys
+from moot import models
+from moot.cli import main
+sys.path.insert(0, {helpers!r})
+from bench_helpers import oracle
+model = oracle(lambda i, a, r: "right", delay=0.05)
+models.register_provider("slowterm", lambda rest: model)
+sys.exit(main(["bench", "--methods", "single", "--model", "slowterm:a", "--n", "400", "--concurrency", "1",
+               "--out", {out!r}, "--no-plots", "--no-store"] + sys.argv[1:]))
+"""
+
+
+def test_sigterm_ends_a_bench_like_ctrl_c(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    script = tmp_path / "run.py"
+    script.write_text(
+        _SIGTERM_SCRIPT.format(helpers=str(Path(__file__).parent), out=str(out)), encoding="utf-8"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True, env=env)
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not results.is_file() or results.stat().st_size < 200):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted: finished items are saved" in err
+    lines = results.read_text(encoding="utf-8").splitlines()
+    assert 0 < len(lines) < 400 and all(json.loads(line)["item_id"] for line in lines)
+    assert not (out / ".lock").exists()

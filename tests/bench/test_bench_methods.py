@@ -191,6 +191,22 @@ def test_presets_run_through_the_engine_and_are_parsed_by_the_task(tmp_path: Pat
     assert all(r.calls == 5 for r in preset)
 
 
+def test_a_preset_whose_backend_is_down_is_a_failed_unit_not_a_wrong_answer(tmp_path: Path) -> None:
+    from moot.bench.runner import RESULTS_FILE
+    from moot.errors import ModelConnectionError
+
+    def down(request: ModelRequest) -> dict[str, object]:
+        raise ModelConnectionError("connection refused", model="test")
+
+    from moot.bench.runner import BenchConfig, run_bench
+
+    config = BenchConfig(task="arithmetic", methods=["answer"], n=2)
+    run = asyncio.run(run_bench(config, model=FunctionModel(down), out=tmp_path, unit_retries=0))
+    assert not run.records and not run.complete
+    assert {f[1] for f in run.failures} == {"answer"} and all("backend failed" in f[2] for f in run.failures)
+    assert (tmp_path / RESULTS_FILE).read_text(encoding="utf-8") == ""
+
+
 def test_absa_bench_scores_labels_with_the_tasks_parser(tmp_path: Path) -> None:
     from moot.bench.tasks import make_task
 

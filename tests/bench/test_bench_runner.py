@@ -107,7 +107,7 @@ def test_failed_units_are_reported_not_recorded_and_retried_on_resume(tmp_path: 
         return inner.fn(request)  # type: ignore[return-value]
 
     config = BenchConfig(task="arithmetic", methods=["single", "vote:2"], n=3)
-    run = asyncio.run(run_bench(config, model=FunctionModel(flaky), out=out))
+    run = asyncio.run(run_bench(config, model=FunctionModel(flaky), out=out, retry_pause=0))
     assert not run.complete
     assert {(i, m) for i, m, _ in run.failures} == {("arithmetic-1", "single"), ("arithmetic-1", "vote:2")}
     assert len(_lines(out / RESULTS_FILE)) == 4
@@ -121,8 +121,72 @@ def test_max_errors_stops_the_run(tmp_path: Path) -> None:
 
     model = FunctionModel(dead)
     config = BenchConfig(task="arithmetic", methods=["single"], n=50, concurrency=1, max_errors=3)
-    run = asyncio.run(run_bench(config, model=model, out=tmp_path / "run"))
-    assert run.stopped and len(run.failures) == 3 and len(model.requests) == 3
+    run = asyncio.run(run_bench(config, model=model, out=tmp_path / "run", retry_pause=0))
+    assert run.stopped and len(run.failures) == 3 and len(model.requests) == 3  # no retry pass: dead
+
+
+def test_transient_faults_are_retried_within_the_invocation(tmp_path: Path) -> None:
+    inner = oracle(right)
+    seen: set[tuple[object, object]] = set()
+
+    def first_call_fails(request: ModelRequest) -> str:
+        key = (request.metadata["item"], request.metadata["method"])
+        if key not in seen and request.metadata["item"] in ("arithmetic-1", "arithmetic-4"):
+            seen.add(key)
+            raise ModelError("HTTP 503", model="test")
+        return inner.fn(request)  # type: ignore[return-value]
+
+    config = BenchConfig(task="arithmetic", methods=["single", "vote:2"], n=6)
+    run = asyncio.run(
+        run_bench(config, model=FunctionModel(first_call_fails), out=tmp_path / "r", retry_pause=0)
+    )
+    assert run.complete and not run.failures and run.retried == 4
+    assert len(_lines(tmp_path / "r" / RESULTS_FILE)) == 12
+
+
+def test_retries_are_bounded(tmp_path: Path) -> None:
+    inner = oracle(right)
+
+    def one_item_dead(request: ModelRequest) -> str:
+        if request.metadata["item"] == "arithmetic-2":
+            raise ModelError("HTTP 500", model="test")
+        return inner.fn(request)  # type: ignore[return-value]
+
+    model = FunctionModel(one_item_dead)
+    config = BenchConfig(task="arithmetic", methods=["single"], n=4)
+    run = asyncio.run(run_bench(config, model=model, out=tmp_path / "r", unit_retries=2, retry_pause=0))
+    assert [f[:2] for f in run.failures] == [("arithmetic-2", "single")] and run.retried == 2
+    assert sum(r.metadata["item"] == "arithmetic-2" for r in model.requests) == 3
+
+
+def test_a_second_writer_on_the_same_out_is_refused(tmp_path: Path) -> None:
+    import fcntl
+
+    out = tmp_path / "r"
+    out.mkdir()
+    with (out / ".lock").open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242\n")
+        held.flush()
+        config = BenchConfig(task="arithmetic", methods=["single"], n=2)
+        with pytest.raises(UsageError, match=r"another moot bench \(pid 4242\) is writing to"):
+            asyncio.run(run_bench(config, model=oracle(right), out=out))
+    assert not (out / RESULTS_FILE).exists() and not (out / "run.json").exists()
+    run = asyncio.run(run_bench(config, model=oracle(right), out=out))  # released: runs, and cleans up
+    assert run.complete and not (out / ".lock").exists()
+
+
+def test_timeout_bounds_the_invocation_and_keeps_what_finished(tmp_path: Path) -> None:
+    import time
+
+    config = BenchConfig(task="arithmetic", methods=["single"], n=40, concurrency=2)
+    started = time.perf_counter()
+    run = asyncio.run(run_bench(config, model=oracle(right, delay=0.05), out=tmp_path / "r", timeout=0.4))
+    assert time.perf_counter() - started < 2.0
+    assert run.timed_out and not run.complete and 0 < len(run.records) < 40
+    assert len(_lines(tmp_path / "r" / RESULTS_FILE)) == len(run.records)
+    rest = asyncio.run(run_bench(config, model=oracle(right), out=tmp_path / "r", resume=True))
+    assert rest.complete and not rest.timed_out
 
 
 def test_usage_errors_abort_the_run(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConfigError, UsageError
+from ..errors import ConfigError, RunError, UsageError
 from ..models.base import Message, Model, ModelRequest, ModelResponse, Usage
 from ..models.retry import RetryPolicy, call_model
 from .records import AgentAnswer, ItemRecord
@@ -288,10 +288,25 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
     return _record(spec, item, ctx, rounds, final, lenient, usage, started, stopped_early=stopped)
 
 
+# Turn error kinds that mean the backend failed (after its retries), not that the model answered badly.
+_BACKEND_FAILURES = (
+    "ModelError",
+    "ModelHTTPError",
+    "ModelResponseError",
+    "ModelConnectionError",
+    "ModelTimeoutError",
+)
+
+
 async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord:
     started = time.perf_counter()
     debate = ctx.debate(spec.name)
     result = await debate.run(item.prompt)
+    # An outage (unreachable endpoint, refused key, a server failing past its retries) means the
+    # method did not run as specified: a failed unit that --resume retries, never a wrong answer.
+    outage = [t for t in result.turns(include_judge=True) if t.error_kind in _BACKEND_FAILURES]
+    if outage:
+        raise RunError(f"preset {spec.name}: the backend failed on {len(outage)} turns: {outage[0].error}")
     order = {key: i for i, key in enumerate(debate.protocol.speakers())}
     answer_field = debate.protocol.answer_field
     rounds: list[list[AgentAnswer]] = []
@@ -325,8 +340,8 @@ async def run_method(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRe
     """Run one method on one item.
 
     Raises:
-        ModelError: a call failed after its retries (the item is not recorded, so a resume
-            retries it).
+        RunError: a call failed after its retries, or a preset's backend failed on any turn
+            (the item is not recorded, so a resume retries it).
     """
     if spec.kind == "preset":
         return await _run_preset(spec, item, ctx)

@@ -58,6 +58,8 @@ class Report:
     """(name, accuracy) of answers that need no model, on the same items: the majority class, chance."""
     data_notes: tuple[str, ...] = ()
     """What reading the data left out, and why."""
+    timed_out: bool = False
+    """The last invocation ended at its ``--timeout``."""
 
 
 def baselines(items: Sequence[Item]) -> list[tuple[str, float]]:
@@ -92,6 +94,7 @@ def build_report(run: BenchRun) -> Report:
         model_name=run.model_name,
         baselines=baselines(run.items),
         data_notes=run.data_notes,
+        timed_out=run.timed_out,
     )
 
 
@@ -212,6 +215,8 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
     status = "complete" if report.complete else "INCOMPLETE: some item/method units are missing"
     if report.failures:
         status += f"; {report.failures} units failed in the last invocation (`--resume` retries them)"
+    if report.timed_out:
+        status += "; the last invocation stopped at its `--timeout` (`--resume` continues)"
     model = f"`{c.model}`" + (f" (`{report.model_name}`)" if report.model_name not in ("", c.model) else "")
     lines = [
         f"# moot bench: `{c.task}`",

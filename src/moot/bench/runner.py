@@ -13,22 +13,38 @@ Layout of ``--out DIR``:
   last line cut short by a crash mid-write is dropped (and truncated away)
   on resume; a damaged line elsewhere is an error, never silently skipped.
 
-A unit whose model call fails after its retries (:class:`~moot.errors.RunError`)
-is not recorded either: it is listed in :attr:`BenchRun.failures` and retried
-by the next ``--resume``. After ``max_errors`` such failures the run stops
-taking new units (a dead endpoint should not burn through the whole list).
+A unit whose model call fails after its retries (:class:`~moot.errors.RunError`),
+or a preset whose backend failed on any turn, is not recorded either: an outage
+is never scored as a wrong answer. Failed units are retried within the same
+invocation, after the other units, up to ``unit_retries`` more passes with a
+growing pause, so one ``--resume`` after transient faults finishes the run;
+what still fails is listed in :attr:`BenchRun.failures` for the next
+``--resume``. After ``max_errors`` failures in a row the run stops taking new
+units and does not retry (a dead endpoint should not burn through the list).
+
+Only one process may write to an output directory: :func:`run_bench` holds an
+exclusive lock on ``DIR/.lock`` (``fcntl.flock``, released by the OS if the
+process dies) and a second one fails at once with a :class:`UsageError`. On
+systems without ``fcntl`` there is no lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no lock
+    fcntl = None  # type: ignore[assignment]
 
 from pydantic import BaseModel, Field
 
@@ -52,7 +68,9 @@ __all__ = [
 
 RESULTS_FILE = "results.jsonl"
 RUN_FILE = "run.json"
-_FINGERPRINT = ("task", "model", "seed", "temperature", "max_tokens")
+LOCK_FILE = ".lock"
+_FINGERPRINT = ("task", "model", "seed", "temperature", "max_tokens", "exclude_conflict")
+_FINGERPRINT_DEFAULTS = {"exclude_conflict": False}  # fields older run.json files do not have
 
 
 class BenchConfig(BaseModel):
@@ -76,8 +94,10 @@ class BenchConfig(BaseModel):
     """Cap on generated tokens per plain call; None keeps the backend's."""
     matched: bool = False
     """Add a ``vote:K`` with as many calls as each debate method."""
+    exclude_conflict: bool = False
+    """ABSA: leave out aspects labelled ``conflict`` (counted in the report) instead of scoring the class."""
     max_errors: int = Field(10, ge=1)
-    """Stop taking new units after this many failed ones."""
+    """Stop taking new units after this many failed ones in a row (a dead endpoint)."""
 
 
 def expand_methods(methods: Iterable[str], matched: bool = False) -> list[MethodSpec]:
@@ -155,7 +175,9 @@ class BenchRun:
         records: every record for these items and methods (resumed ones included), in item order.
         resumed: records read back from an earlier run.
         failures: ``(item_id, method, error)`` of units that failed.
-        stopped: True when the run stopped early after ``max_errors`` failures.
+        stopped: True when the run stopped early after ``max_errors`` failures in a row.
+        retried: unit attempts repeated by the retry passes of this invocation.
+        timed_out: True when ``timeout`` ended this invocation.
         wall_s: elapsed seconds of this invocation.
         model_name: the name the backend reports (``config.model`` is the spec asked for).
         data_notes: what reading the data left out, and why (the task's notes).
@@ -168,6 +190,8 @@ class BenchRun:
     resumed: int = 0
     failures: list[tuple[str, str, str]] = field(default_factory=list)
     stopped: bool = False
+    retried: int = 0
+    timed_out: bool = False
     wall_s: float = 0.0
     model_name: str = ""
     data_notes: tuple[str, ...] = ()
@@ -192,11 +216,39 @@ def _check_resume(out: Path, config: BenchConfig, resume: bool) -> None:
             ) from None
         for key in _FINGERPRINT:
             mine = getattr(config, key)
-            if old.get(key) != mine:
+            if old.get(key, _FINGERPRINT_DEFAULTS.get(key)) != mine:
                 raise UsageError(
                     f"--resume with a different {key}: the run in {out} used {old.get(key)!r}, "
                     f"this one {mine!r}"
                 )
+
+
+@contextlib.contextmanager
+def _out_lock(out: Path) -> Iterator[None]:
+    """Hold ``out/.lock`` exclusively while a run writes there; refuse if another process does."""
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    path = out / LOCK_FILE
+    with path.open("a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            raise UsageError(
+                f"another moot bench (pid {holder}) is writing to {out}; wait for it to finish, "
+                "or choose another --out"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)  # while still locked: a waiting process finds no stale file
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _select(records: list[ItemRecord], items: list[Item], specs: list[MethodSpec]) -> list[ItemRecord]:
@@ -213,6 +265,9 @@ async def run_bench(
     task: Task | None = None,
     observer: RunObserver | None = None,
     policy: RetryPolicy | None = None,
+    timeout: float | None = None,
+    unit_retries: int = 2,
+    retry_pause: float = 2.0,
 ) -> BenchRun:
     """Run (or continue) a benchmark and return every record of its items and methods.
 
@@ -224,19 +279,56 @@ async def run_bench(
         task: the task; default ``make_task(config.task)``.
         observer: progress hooks.
         policy: retry policy for plain calls.
+        timeout: seconds this invocation may take; at the deadline the units in flight are
+            dropped (not written) and the run returns incomplete (``timed_out``).
+        unit_retries: passes over the failed units after the first one (see the module docstring).
+        retry_pause: seconds before the first retry pass (doubled, tripled... for later ones).
 
     Raises:
         UsageError: bad task or methods, results in ``out`` without ``resume``, a resume with a
-            different configuration, or a damaged results file.
+            different configuration, a damaged results file, or another process writing to ``out``.
     """
     started = time.perf_counter()
     out = Path(out)
     observer = observer or RunObserver()
-    task = task or make_task(config.task)
+    task = task or make_task(config.task, exclude_conflict=config.exclude_conflict)
     specs = expand_methods(config.methods, config.matched)
     items = task.items(config.n, config.seed)
     _check_resume(out, config, resume)
     out.mkdir(parents=True, exist_ok=True)
+    with _out_lock(out):
+        return await _locked_run(
+            config,
+            model,
+            out,
+            resume,
+            task,
+            specs,
+            items,
+            observer,
+            policy,
+            timeout,
+            unit_retries,
+            retry_pause,
+            started,
+        )
+
+
+async def _locked_run(
+    config: BenchConfig,
+    model: Model,
+    out: Path,
+    resume: bool,
+    task: Task,
+    specs: list[MethodSpec],
+    items: list[Item],
+    observer: RunObserver,
+    policy: RetryPolicy | None,
+    timeout: float | None,
+    unit_retries: int,
+    retry_pause: float,
+    started: float,
+) -> BenchRun:
     meta = config.model_dump(mode="json") | {
         "expanded_methods": [s.name for s in specs],
         "model_name": model.name,
@@ -255,7 +347,7 @@ async def run_bench(
         model_name=model.name,
         data_notes=task.data_notes,
     )
-    queue = deque((i, s) for i in items for s in specs if (i.id, s.name) not in done)
+    pending = [(i, s) for i in items for s in specs if (i.id, s.name) not in done]
     observer.started(len(wanted), run.resumed)
     ctx = MethodContext(
         model=model,
@@ -266,21 +358,28 @@ async def run_bench(
         policy=policy or RetryPolicy(),
     )
     fresh: list[ItemRecord] = []
+    streak = 0  # failures in a row: a dead endpoint fails every unit, transient faults do not
 
-    with results.open("a", encoding="utf-8") as fh:
+    async def one_pass(
+        queue: deque[tuple[Item, MethodSpec]], fh: TextIO
+    ) -> list[tuple[Item, MethodSpec, str]]:
+        failed: list[tuple[Item, MethodSpec, str]] = []
 
         async def worker() -> None:
+            nonlocal streak
             while queue and not run.stopped:
                 item, spec = queue.popleft()
                 try:
                     record = await run_method(spec, item, ctx)
                 except RunError as err:
                     message = f"{type(err).__name__}: {err}"
-                    run.failures.append((item.id, spec.name, message))
+                    failed.append((item, spec, message))
                     observer.failed_unit(item.id, spec.name, message)
-                    if len(run.failures) >= config.max_errors:
+                    streak += 1
+                    if streak >= config.max_errors:
                         run.stopped = True
                     continue
+                streak = 0
                 fh.write(record.model_dump_json() + "\n")
                 fh.flush()
                 fresh.append(record)
@@ -292,6 +391,22 @@ async def run_bench(
                     group.create_task(worker())
         except BaseExceptionGroup as group_error:  # a usage error or a bug: stop, and say which
             raise group_error.exceptions[0] from None
+        return failed
+
+    with results.open("a", encoding="utf-8") as fh:
+        try:
+            async with asyncio.timeout(timeout):
+                for attempt in range(1 + unit_retries):
+                    failed = await one_pass(deque(pending), fh)
+                    run.failures = [(i.id, s.name, message) for i, s, message in failed]
+                    if not failed or run.stopped or attempt == unit_retries:
+                        break
+                    # Transient faults (a restart, a rate limit) often clear within seconds.
+                    await asyncio.sleep(retry_pause * (attempt + 1))
+                    run.retried += len(failed)
+                    pending = [(i, s) for i, s, _ in failed]
+        except TimeoutError:
+            run.timed_out = True
 
     run.records = _select(previous + fresh, items, specs)
     run.wall_s = time.perf_counter() - started

@@ -99,7 +99,7 @@ def _report_only(out: Path) -> BenchRun:
     from ..bench.runner import expand_methods
 
     specs = expand_methods(config.methods, config.matched)
-    task = make_task(config.task)
+    task = make_task(config.task, exclude_conflict=config.exclude_conflict)
     items = task.items(config.n, config.seed)
     by_key = {(r.item_id, r.method): r for r in load_records(out / RESULTS_FILE)}
     records = [by_key[(i.id, s.name)] for i in items for s in specs if (i.id, s.name) in by_key]
@@ -118,7 +118,12 @@ def _report_only(out: Path) -> BenchRun:
 def bench(
     ctx: typer.Context,
     task: Annotated[
-        str, typer.Option("--task", help="arithmetic | gsm8k:FILE.jsonl | mcq:FILE.jsonl | absa[:FILE.jsonl]")
+        str,
+        typer.Option(
+            "--task",
+            help="arithmetic | gsm8k:FILE.jsonl | mcq:FILE.jsonl|.csv | absa[:FILE.jsonl|.xml] "
+            "| semeval:FILE.xml",
+        ),
     ] = "arithmetic",
     methods: Annotated[
         str,
@@ -164,8 +169,22 @@ def bench(
         ),
     ] = None,
     max_errors: Annotated[
-        int, typer.Option("--max-errors", min=1, help="Stop after this many failed units.")
+        int, typer.Option("--max-errors", min=1, help="Stop after this many failed units in a row.")
     ] = 10,
+    exclude_conflict: Annotated[
+        bool,
+        typer.Option(
+            "--exclude-conflict", help="ABSA: leave out aspects labelled conflict (default: a class)."
+        ),
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0.1,
+            help="Seconds this invocation may run; unfinished units are left for --resume (exit 1).",
+        ),
+    ] = None,
     no_plots: Annotated[
         bool, typer.Option("--no-plots", help="Skip the PNG plots (no matplotlib needed).")
     ] = False,
@@ -189,13 +208,14 @@ def bench(
         "max_tokens": max_tokens,
         "matched": matched,
         "max_errors": max_errors,
+        "exclude_conflict": exclude_conflict,
     }
     target = open_store(store, enabled=not no_store and not report_only)
     resumed = find_resume(resume, target) if resume is not None else None
     if resumed is not None:
         if out is not None and out.resolve() != resumed.out.resolve():
             raise UsageError(f"--resume: --out {out} contradicts the recorded run (out {resumed.out})")
-        fields = merge_resume(resumed, {k: v for k, v in fields.items() if given[k]})
+        fields = merge_resume(resumed, {k: v for k, v in fields.items() if given.get(k)})
         out = resumed.out
     out_dir = out or default_out(fields["task"], fields["model"], fields["seed"])
     if not no_plots:
@@ -238,7 +258,12 @@ def bench(
                 run = run_with_model(
                     backend,
                     lambda m: run_bench(
-                        config, model=m, out=out_dir, resume=resumed is not None, observer=observer
+                        config,
+                        model=m,
+                        out=out_dir,
+                        resume=resumed is not None,
+                        observer=observer,
+                        timeout=timeout,
                     ),
                 )
             except KeyboardInterrupt:
@@ -253,6 +278,10 @@ def bench(
     report = write_report(run, out_dir, plots=not no_plots)
     Console().print(rich_table(report))
     console.print(f"report: {out_dir / REPORT_FILE}  results: {out_dir / RESULTS_FILE}")
+    if run.retried:
+        console.print(f"retried {run.retried} failed unit attempts in this invocation")
+    if run.timed_out:
+        console.print(f"[yellow]timeout:[/] stopped after --timeout {timeout:g} s")
     if not run.complete:
         missing = len(run.items) * len(run.specs) - len(run.records)
         console.print(
