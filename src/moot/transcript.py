@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .models._spec import spec_from_mapping
 from .models.base import Usage
 
 __all__ = [
@@ -46,9 +47,17 @@ class Persona(BaseModel):
     instructions: str | None = None
     """Extra instructions for this participant only."""
     model: str | None = None
-    """A ``provider:model`` spec for this participant (multi-model routing); None uses the debate's model."""
+    """A ``provider:model`` spec for this participant (multi-model routing); None uses the debate's model.
+    In YAML it may be a mapping with the spec's options, e.g.
+    ``{spec: "openai:llama3", base_url: "http://gpu-box:8000/v1", api_key_env: GPU_BOX_KEY}``."""
     output: str | None = None
     """Output schema name for this participant's turns; None uses the protocol's ``turn_output``."""
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_mapping(cls, value: Any) -> Any:
+        # A mapping is the readable form of a spec with options; store the one-line spec.
+        return spec_from_mapping(value) if isinstance(value, dict) else value
 
     @field_validator("stance", "style", mode="before")
     @classmethod

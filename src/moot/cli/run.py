@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ..engine import Debate
 from ..errors import UsageError
+from ..models import default_model_spec
 from ..protocol import presets, read_yaml_file
 from ..runs import RunStatus, open_store, recording
 from ..runs.recording import debate_config
@@ -24,6 +25,31 @@ from ._store_options import NoStoreOption, StoreOption
 __all__ = ["load_context", "parse_role_models", "register"]
 
 _STANCE_STYLE = {"pro": "green", "con": "red", "neutral": "cyan", None: "white"}
+
+DEMO_NOTICE = (
+    "note: the embedded SmolLM2-135M demo model shows the mechanics of a debate, not reasoning "
+    "quality; for a real model use --model openai:NAME with OPENAI_BASE_URL, or set MOOT_MODEL"
+)
+"""Shown once, dimmed, when a debate runs on the bundled demo model."""
+
+
+def uses_demo_model(debate: Debate) -> bool:
+    """Whether any participant of ``debate`` is played by the bundled demo model (resolves them)."""
+    return any(getattr(debate.model_for(key), "embedded", False) for key in debate.protocol.personas)
+
+
+def no_answer_reason(result: DebateResult) -> str | None:
+    """Why ``result`` is not a debate's answer (None when it is): nothing, or only the fallback.
+
+    A skipped debate (``--no-debate-mode``) asked for the initial answer, so it counts as answered.
+    """
+    if result.skipped:
+        return None
+    if result.final_answer is None:
+        return "the debate produced no answer" + (f" ({result.fallback})" if result.fallback else "")
+    if result.fallback:
+        return f"the answer is a fallback, not a debate's: {result.fallback}"
+    return None
 
 
 def load_context(path: Path | None) -> Any:
@@ -96,9 +122,10 @@ def _turn_panel(turn: Turn) -> Panel:
 class _Live:
     """Prints events readably as they arrive."""
 
-    def __init__(self, console: Console, out: TextIO | None) -> None:
+    def __init__(self, console: Console, out: TextIO | None, notice: str | None = None) -> None:
         self.console = console
         self.out = out
+        self.notice = notice
 
     def __call__(self, event: Event) -> None:
         if self.out is not None:
@@ -107,6 +134,9 @@ class _Live:
         c = self.console
         if event.kind == "debate_started":
             c.rule(f"[bold]debate[/] {escape(event.message or '')}")
+            if self.notice:  # once per command, however many debates it runs
+                c.print(self.notice, style="dim", markup=False, emoji=False, soft_wrap=True)
+                self.notice = None
         elif event.kind == "turn_started":
             c.print(f"[dim]… {event.speaker} is thinking (round {event.round})[/]")
         elif event.kind in ("turn_completed", "judge_completed") and event.turn is not None:
@@ -202,7 +232,7 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[
             float | None, typer.Option(min=0.1, help="Override the overall timeout (s).")
         ] = None,
-        initial_answer: Annotated[str | None, typer.Option(help="Answer to fall back on (seed 000).")] = None,
+        initial_answer: Annotated[str | None, typer.Option(help="Answer to fall back on.")] = None,
         debate_mode: Annotated[
             bool, typer.Option(help="--no-debate-mode returns the initial answer.")
         ] = True,
@@ -245,11 +275,12 @@ def register(app: typer.Typer) -> None:
         if from_run:
             cfg["from_run"] = from_run
         console = Console(stderr=as_json)
+        notice = DEMO_NOTICE if debate_mode and uses_demo_model(debate) else None
         sink = out.open("w", encoding="utf-8") if out is not None else None
-        name = model or "local"
+        name = model or default_model_spec()
         with recording("run", title=topic, model=name, config=cfg, store=store, enabled=not no_store) as rec:
             try:
-                live = _Live(console, sink)
+                live = _Live(console, sink, notice)
                 if as_json:  # keep stdout clean: only the result goes there
                     live.console = Console(stderr=True, quiet=True)
 
@@ -275,6 +306,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(result.model_dump_json())
         else:
             _summary(console, result)
+        reason = no_answer_reason(result)
+        if reason is not None:  # one line, also under --json (stderr), so a script's log says why
+            Console(stderr=True).print(f"moot: {reason}", style="yellow", markup=False, soft_wrap=True)
         return _exit.for_debate(result)
 
     @app.command("protocols")

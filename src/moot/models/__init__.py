@@ -9,6 +9,10 @@ spec                   backend
 ``anthropic:MODEL``    Anthropic's API (extra ``moot[anthropic]``)
 =====================  =========================================================
 
+A spec may carry backend options as a query: ``local:m.gguf?n_gpu_layers=20``,
+``openai:llama3?base_url=http://host:8000/v1&api_key_env=HOST_KEY`` (see ``_spec``).
+With no spec, ``$MOOT_MODEL`` is used, and without it ``local``.
+
 Provider SDKs are imported only when a spec that needs them is resolved.
 """
 
@@ -16,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ..errors import UnknownProviderError, UsageError
+from ._spec import split_provider
 from .base import (
     ALLOW_MODEL_REQUESTS,
     Message,
@@ -45,6 +51,7 @@ __all__ = [
     "Usage",
     "call_model",
     "check_allow_model_requests",
+    "default_model_spec",
     "register_provider",
     "resolve_model",
     "run_with_model",
@@ -60,6 +67,9 @@ _CACHE: dict[str, Model] = {}
 _LOCK = threading.Lock()
 
 DEFAULT_MODEL = "local"
+"""The model used when neither a spec nor ``$MOOT_MODEL`` names one."""
+MODEL_ENV = "MOOT_MODEL"
+"""Environment variable holding the default model spec."""
 T = TypeVar("T")
 
 
@@ -78,6 +88,11 @@ def run_with_model(spec: str | Model | None, fn: Callable[[Model], Awaitable[T]]
             await model.aclose()
 
     return asyncio.run(main())
+
+
+def default_model_spec() -> str:
+    """The spec used when none is given: ``$MOOT_MODEL`` if set, else ``local``."""
+    return os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
 
 
 def register_provider(name: str, factory: Callable[[str], Model]) -> None:
@@ -99,6 +114,8 @@ def _load_factory(target: str | Callable[[str], Model]) -> Callable[[str], Model
 def resolve_model(spec: str | Model | None) -> Model:
     """Turn a spec (or an instance, or None for the default) into a Model.
 
+    None means :func:`default_model_spec`: ``$MOOT_MODEL``, else ``local``.
+
     Instances resolved from the same spec are cached for the life of the
     process, so a local model loads once and every debate shares one
     concurrency gate per endpoint.
@@ -109,14 +126,14 @@ def resolve_model(spec: str | Model | None) -> Model:
     """
     if isinstance(spec, Model):
         return spec
-    spec = (spec or DEFAULT_MODEL).strip()
+    spec = (spec or default_model_spec()).strip()
     if not spec:
         raise UsageError("empty model spec")
     with _LOCK:
         cached = _CACHE.get(spec)
         if cached is not None:
             return cached
-        provider, _, rest = spec.partition(":")
+        provider, rest = split_provider(spec)
         if provider not in _PROVIDERS:
             raise UnknownProviderError(provider, list(_PROVIDERS))
         model = _load_factory(_PROVIDERS[provider])(rest)

