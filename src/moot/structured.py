@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,33 +20,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .errors import ModelError, UsageError
+from .jsontext import extract_json, parse_partial
 from .models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage
 from .models.retry import RetryPolicy, call_model
 
 __all__ = ["Outcome", "ask", "extract_json", "json_schema", "schema_hint"]
 
 logger = logging.getLogger(__name__)
-
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
-
-
-def extract_json(text: str) -> Any:
-    """Parse the JSON object in ``text``, tolerating code fences and chatter around it.
-
-    Raises:
-        ValueError: no JSON object could be parsed.
-    """
-    candidates = [text.strip()]
-    candidates += [m.strip() for m in _FENCE.findall(text)]
-    start, end = text.find("{"), text.rfind("}")
-    if 0 <= start < end:
-        candidates.append(text[start : end + 1])
-    for cand in candidates:
-        try:
-            return json.loads(cand)
-        except (json.JSONDecodeError, ValueError):
-            continue
-    raise ValueError("no JSON object found in the reply")
 
 
 @functools.cache
@@ -114,6 +93,8 @@ class Outcome:
     """Time spent waiting for the model's concurrency gate."""
     repaired: bool = False
     """True when the repair request produced the valid value."""
+    trimmed: bool = False
+    """True when the value was read from a reply cut at the token cap (its last string may be cut)."""
     finish_reason: str | None = None
     """The last response's finish reason."""
     model: str = ""
@@ -126,18 +107,32 @@ class Outcome:
 
 
 def _validate(
-    output_type: type[BaseModel], text: str, context: dict[str, Any] | None = None
-) -> tuple[BaseModel | None, str | None]:
+    output_type: type[BaseModel],
+    text: str,
+    finish_reason: str | None = None,
+    context: dict[str, Any] | None = None,
+) -> tuple[BaseModel | None, str | None, bool]:
+    """``(value, None, trimmed)`` or ``(None, error, False)``.
+
+    A reply cut at the token cap whose complete part still holds every required field
+    is accepted as ``trimmed`` (issue: answers longer than the cap are trimmed, not lost).
+    """
     try:
         data = extract_json(text)
     except ValueError as exc:
-        return None, str(exc)
+        if finish_reason == "length":
+            for partial in parse_partial(text):
+                try:
+                    return output_type.model_validate(partial, context=context), None, True
+                except ValidationError:
+                    continue
+        return None, str(exc), False
     if not isinstance(data, dict):
-        return None, "the reply must be a JSON object"
+        return None, "the reply must be a JSON object", False
     try:
-        return output_type.model_validate(data, context=context), None
+        return output_type.model_validate(data, context=context), None, False
     except ValidationError as exc:
-        return None, _short_errors(exc)
+        return None, _short_errors(exc), False
 
 
 def _short_errors(exc: ValidationError) -> str:
@@ -219,11 +214,14 @@ async def ask(
             out.error, out.exception = f"unexpected {type(exc).__name__} from {model.name}: {exc}", exc
             break
         out.raw, out.finish_reason, out.model = response.text, response.finish_reason, response.model
-        value, error = _validate(output_type, response.text, validation_context)
+        value, error, trimmed = _validate(
+            output_type, response.text, response.finish_reason, validation_context
+        )
         if value is not None:
-            out.value, out.error, out.repaired = value, None, attempt == 1
+            out.value, out.error, out.repaired, out.trimmed = value, None, attempt == 1, trimmed
             break
         out.error = f"invalid output: {error}"
+        logger.info("%s: invalid output (attempt %d): %s", model.name, attempt + 1, error)
         if response.finish_reason == "length":
             error = f"{error} (the reply was cut off at the token limit: answer more briefly)"
         convo = [

@@ -31,6 +31,7 @@ def turn_from(outcome: Outcome, persona: Persona, phase: str, rnd: int, output: 
         error=outcome.error,
         error_kind=kind,
         repaired=outcome.repaired,
+        trimmed=outcome.trimmed,
         model=outcome.model or model,
         usage=outcome.usage,
         latency_ms=outcome.latency_ms,

@@ -1,0 +1,128 @@
+"""Reading the JSON object in a model's reply: leniently where it is safe, precisely when it fails.
+
+Lenient: code fences and chatter around the object are ignored, and literal
+newlines or tabs inside strings (which strict JSON forbids and small models emit)
+are accepted. Nothing is guessed: a value the model did not write is never filled in.
+
+Precise: when the reply holds an object that does not parse, the error says how,
+``truncated`` (it stops before the object closes) or ``invalid JSON at character N``
+with what is there, rather than "no JSON object", so a repair request and an audit
+both see the real problem.
+
+Partial: a reply cut at the token cap (``finish_reason == "length"``) can still carry
+every required field; :func:`parse_partial` reads what was written, with the string
+that was being written when the cap hit kept as far as it got.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pydantic_core
+
+__all__ = ["JSONTextError", "escape_controls", "extract_json", "parse_partial"]
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+
+class JSONTextError(ValueError):
+    """The reply's JSON could not be read; the message says why and where."""
+
+
+def extract_json(text: str) -> Any:
+    """Parse the JSON object in ``text``, tolerating code fences, chatter and raw control characters.
+
+    Raises:
+        JSONTextError: no JSON object in the reply, a truncated one, or invalid JSON
+            (the message gives the character position in ``text``).
+    """
+    candidates = [text.strip()]
+    candidates += [m.strip() for m in _FENCE.findall(text)]
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        candidates.append(text[start : end + 1])
+    for cand in candidates:
+        try:
+            return json.loads(cand, strict=False)  # strict=False: raw newlines/tabs inside strings
+        except ValueError:
+            continue
+    if start < 0:
+        raise JSONTextError("no JSON object in the reply")
+    raise JSONTextError(_describe(text, start))
+
+
+def _describe(text: str, start: int) -> str:
+    """Why the object starting at ``text[start]`` does not parse, with the position in ``text``."""
+    tail = text[start:].rstrip()
+    try:
+        json.loads(tail, strict=False)
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(tail) or _unclosed(tail):
+            return f"truncated JSON: the object opened at character {start} is never closed"
+        pos = start + exc.pos
+        near = text[max(pos - 15, 0) : pos + 15]
+        return f"invalid JSON at character {pos}: {exc.msg} (near {near!r})"
+    return "the reply holds more than one JSON value"  # parses alone: chatter broke the whole
+
+
+def _unclosed(tail: str) -> bool:
+    """Whether the braces and brackets of ``tail`` (outside strings) never all close."""
+    depth, in_string, escaped = 0, False, False
+    for ch in tail:
+        if in_string:
+            escaped = ch == "\\" and not escaped
+            if ch == '"' and not escaped:
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return False
+    return True
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with raw control characters (newline, tab...) inside JSON strings written as JSON escapes."""
+    out: list[str] = []
+    in_string, escaped = False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            elif ch < " ":
+                ch = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(ch, f"\\u{ord(ch):04x}")
+        elif ch == '"':
+            in_string = True
+        out.append(ch)
+    return "".join(out)
+
+
+def parse_partial(text: str) -> list[dict[str, Any]]:
+    """Readings of a JSON object cut short, most complete first (empty: nothing readable).
+
+    The first keeps the string that was being written when the reply stopped, as far
+    as it got; the second drops it. The caller validates each against its schema.
+    """
+    start = text.find("{")
+    if start < 0:
+        return []
+    body = escape_controls(text[start:])
+    readings: list[dict[str, Any]] = []
+    for mode in ("trailing-strings", True):
+        try:
+            value = pydantic_core.from_json(body, allow_partial=mode)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value not in readings:
+            readings.append(value)
+    return readings
