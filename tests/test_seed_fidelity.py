@@ -225,3 +225,20 @@ def test_closed_sets_are_enums_in_the_schemas() -> None:
                 ],
             }
         )
+
+
+# -- packaging: the offline `test` model the bare-install CI step runs -----------------------------
+def test_test_model_runs_a_whole_debate_offline(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "Should a small team write tests first?", "--model", "test", "--json"]) == 0
+    res = DebateResult.model_validate_json(capsys.readouterr().out)
+    assert res.usage.calls == 5 and res.failed_turns == 0 and res.final_answer
+    assert main(["run", "X", "--model", "test:nope"]) == 2
+    assert "unknown test model 'nope'" in capsys.readouterr().err
+
+
+def test_click_is_a_declared_dependency() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    deps = [d.split(">")[0].split("=")[0].strip() for d in pyproject["project"]["dependencies"]]
+    assert "click" in deps  # moot.cli imports it directly

@@ -62,6 +62,8 @@ _PROVIDERS: dict[str, str | Callable[[str], Model]] = {
     "local": "moot.models.local:LocalModel.from_spec",
     "openai": "moot.models.openai:OpenAIModel.from_spec",
     "anthropic": "moot.models.anthropic:AnthropicModel.from_spec",
+    # Offline: every structured request gets the smallest valid reply (`moot run X --model test`).
+    "test": "moot.models.testing:from_spec",
 }
 _CACHE: dict[str, Model] = {}
 _LOCK = threading.Lock()

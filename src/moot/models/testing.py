@@ -23,9 +23,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from ..errors import UsageError
 from .base import Model, ModelRequest, ModelResponse, Usage
 
-__all__ = ["FunctionModel", "Reply", "SchemaModel", "ScriptedModel", "schema_instance"]
+__all__ = ["FunctionModel", "Reply", "SchemaModel", "ScriptedModel", "from_spec", "schema_instance"]
 
 #: What a scripted or function model may produce for one call: text, a dict
 #: (sent as JSON), a full ModelResponse, or an exception to raise.
@@ -217,3 +218,17 @@ class SchemaModel(_RecordingModel):
         if request.json_schema is None:
             return self.text
         return dict(schema_instance(request.json_schema))
+
+
+def from_spec(rest: str) -> Model:
+    """The ``test`` provider: ``test`` or ``test:schema`` is a :class:`SchemaModel`.
+
+    It lets the CLI run a whole debate offline (``moot run "X" --model test``), e.g. to check an
+    installation or a protocol file without a model.
+
+    Raises:
+        UsageError: any other name after ``test:``.
+    """
+    if rest not in ("", "schema"):
+        raise UsageError(f"unknown test model {rest!r}; known: test:schema")
+    return SchemaModel()
