@@ -5,7 +5,7 @@ Run: ``python bench/fake_openai.py --port 8765 --latency 0.2 [--max-seconds 600]
 It answers ``POST /v1/chat/completions`` after sleeping ``latency`` seconds, with the
 smallest JSON instance of the requested schema (``response_format.json_schema.schema``
 or ``.schema``) or, for plain requests, ``"The answer is (42)."``. asyncio streams with
-HTTP/1.1 keep-alive and TCP_NODELAY: thousands of concurrent requests cost little CPU.
+HTTP/1.1 keep-alive and TCP_NODELAY, orjson bodies: thousands of concurrent requests cost little CPU.
 It listens on 127.0.0.1 only and exits by itself after ``--max-seconds``.
 """
 
@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import contextlib
 import socket
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
 
 from moot.models.testing import schema_instance
 
@@ -31,7 +37,7 @@ def _reply_for(body: dict) -> str:
         schema = fmt.get("schema")
     if schema is None:
         return PLAIN
-    return json.dumps(schema_instance(schema))
+    return orjson.dumps(schema_instance(schema)).decode()
 
 
 async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, latency: float) -> None:
@@ -51,7 +57,7 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, la
                 payload = {"object": "list", "data": [{"id": "fake", "object": "model"}]}
             else:
                 await asyncio.sleep(latency)
-                body = json.loads(raw or b"{}")
+                body = orjson.loads(raw or b"{}")
                 text = _reply_for(body)
                 payload = {
                     "id": "fake",
@@ -67,7 +73,7 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, la
                     ],
                     "usage": {"prompt_tokens": len(raw) // 4, "completion_tokens": len(text) // 4},
                 }
-            data = json.dumps(payload).encode()
+            data = orjson.dumps(payload)
             writer.write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                 + str(len(data)).encode()
@@ -75,8 +81,8 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, la
                 + data
             )
             await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionResetError, asyncio.LimitOverrunError):
-        pass
+    except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
+        pass  # the client went away, or the server is shutting down
     finally:
         writer.close()
 
@@ -88,6 +94,35 @@ async def serve(port: int, latency: float, max_seconds: float) -> None:
     )
     async with server:
         await asyncio.sleep(max_seconds)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running(latency: float, max_seconds: float = 900, port: int | None = None) -> Iterator[int]:
+    """Run this server in a child process for the ``with`` block; yields its port once it accepts."""
+    port = port or free_port()
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--port", str(port), "--latency", str(latency)]
+    proc = subprocess.Popen([*cmd, "--max-seconds", str(max_seconds)])
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"fake server on port {port} did not start") from None
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def main() -> None:

@@ -19,16 +19,13 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
-from pathlib import Path
+
+from fake_openai import running
 
 from moot import Debate, load_protocol
 from moot.models.testing import SchemaModel
-
-HERE = Path(__file__).resolve().parent
 
 
 def critical_stages(name: str) -> int:
@@ -50,12 +47,6 @@ def engine_time(name: str, debates: int) -> tuple[float, int]:
     asyncio.run(go())
     elapsed = time.perf_counter() - t0
     return elapsed, len(model.requests)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wall_vs_critical(name: str, latency: float, concurrent: int, port: int) -> dict[str, float]:
@@ -101,20 +92,7 @@ def main() -> None:
         rows.append({"protocol": name, "calls": calls, "ms_per_turn": 1000 * elapsed / calls})
     out["engine_time"] = rows
 
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, str(HERE / "fake_openai.py"), "--port", str(port), "--latency", str(args.latency)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with running(args.latency) as port:
         walls = []
         for name in ("answer", "panel", "adversarial"):
             for n in (1, args.concurrent):
@@ -122,9 +100,6 @@ def main() -> None:
                     {"protocol": name, "debates": n, **wall_vs_critical(name, args.latency, n, port)}
                 )
         out["wall_vs_critical_path"] = walls
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
     if args.json:
         print(json.dumps(out, indent=2))

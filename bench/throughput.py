@@ -12,10 +12,11 @@ items/s. Three clients are measured:
   harness's own overhead, nothing else);
 * ``raw``: a minimal keep-alive HTTP/1.1 client written on asyncio streams
   (isolates the harness's own cost);
-* ``openai``: moot's ``openai:`` backend (the ``openai`` SDK over httpx), the
-  path a user runs by default; FIELD-NOTES measured ~2-5 ms of CPU per request for it;
-* ``openai-aiohttp``: the same backend with ``http="aiohttp"`` (the SDK's
-  aiohttp transport, ``moot[aiohttp]``).
+* ``openai``: moot's ``openai:`` backend with its default lean transport
+  (aiohttp + orjson, ``moot.models._http``), the path a user runs by default;
+* ``openai-sdk``: the same backend with ``http="sdk"`` (the ``openai`` SDK over
+  its default HTTP stack); FIELD-NOTES measured ~2-5 ms of CPU per request for it;
+* ``openai-sdk-aiohttp``: ``http="sdk-aiohttp"`` (the SDK's aiohttp transport).
 
 ``--latency 0.2,1,2`` sweeps latencies: the client's CPU per call is fixed, so
 the ratio to ideal depends on how many calls per second the ideal needs
@@ -282,7 +283,8 @@ async def _harness_run(model: Any, items: int, concurrency: int, out: Path) -> d
     }
 
 
-CLIENTS = ("inproc", "raw", "openai", "openai-aiohttp")
+CLIENTS = ("inproc", "raw", "openai", "openai-sdk", "openai-sdk-aiohttp")
+_STACKS = {"openai": "lean", "openai-sdk": "sdk", "openai-sdk-aiohttp": "sdk-aiohttp"}
 
 
 def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -298,9 +300,7 @@ def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                 elif client == "raw":
                     model = _raw_model(base_url)
                 else:
-                    model = _openai_model(
-                        base_url, in_flight, "aiohttp" if client.endswith("aiohttp") else "httpx"
-                    )
+                    model = _openai_model(base_url, in_flight, _STACKS[client])
                 result = asyncio.run(_harness_run(model, args.items, args.concurrency, Path(tmp)))
             items_per_s = result["items"] / result["wall_s"]
             row = {

@@ -81,6 +81,7 @@ class FaultServer:
         """Requests read in full (each one is a call the client paid for)."""
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -144,6 +145,7 @@ class FaultServer:
                     self.requests += 1
                     self.bodies.append(body)
                     self.headers.append(headers)
+                    self.paths.append(lines[0].split(" ")[1])
                 fate = self.handler(n, body, headers)
                 if not await self._answer(writer, fate):
                     return

@@ -13,22 +13,28 @@ has a *structured mode* (``json_schema``, ``json_object`` or ``prompt``; see
 not support the mode; transient errors are retried in the same mode and leave
 no trace.
 
-CPU cost per request matters at high concurrency (a benchmark with hundreds of
-calls in flight on a small machine), and two choices keep it down:
+HTTP stacks (``http=`` or ``MOOT_OPENAI_HTTP``):
 
-* requests go through the SDK's generic ``client.post("/chat/completions",
-  body=..., cast_to=ChatCompletion)``, the SDK's documented route for custom
-  requests, rather than ``chat.completions.create``, whose recursive TypedDict
-  transform of the parameters costs about 1 ms per call on 2 cores and changes
-  nothing for the plain JSON moot sends. Errors, auth and response models are
-  the SDK's own either way;
-* ``http="aiohttp"`` (or ``MOOT_OPENAI_HTTP=aiohttp``, extra ``moot[aiohttp]``)
-  uses the SDK's ``DefaultAioHttpClient``. httpx's connection pool scans every
-  connection for each request, so its cost grows with the number of calls in
-  flight; with aiohttp the client's CPU per call fell from ~5 ms to ~2 ms at
-  100-300 calls in flight (``bench/throughput.py``). The default stays
-  ``httpx``: aiohttp warns about sessions left open, so close the model
-  (``await model.aclose()``, or use ``run_sync``, which does).
+================  ==========================================================================
+``lean``          the default: moot's own thin client (:mod:`moot.models._http`, aiohttp +
+                  orjson), ~0.3 ms of client CPU per call where the SDK costs 2-5 ms
+                  (``bench/http_clients.py``, ``bench/throughput.py``)
+``sdk``           the ``openai`` SDK over its default HTTP stack, for what only the SDK does
+                  (Azure auth, organisation and project headers, a custom ``http_client``)
+``sdk-aiohttp``   the SDK over its aiohttp stack (``DefaultAioHttpClient``)
+================  ==========================================================================
+
+Both speak the same wire format and share everything above the socket: the
+request body, the structured-mode rule, usage, ``finish_reason``, error
+statuses mapped to :class:`~moot.errors.ModelHTTPError` with ``Retry-After``
+(:func:`http_error`), failures to connect mapped to
+:class:`~moot.errors.ModelConnectionError`, time-outs to
+:class:`~moot.errors.ModelTimeoutError`, unreadable bodies to
+:class:`~moot.errors.ModelResponseError`. The SDK path uses the SDK's generic
+``client.post("/chat/completions", body=..., cast_to=ChatCompletion)`` rather
+than ``chat.completions.create``, whose recursive TypedDict transform of the
+parameters costs about 1 ms per call on 2 cores and changes nothing for the
+plain JSON moot sends.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal, cast, get_args
 
+import orjson
+
 from ..errors import (
     MissingCredentialsError,
     MissingDependencyError,
@@ -48,8 +56,10 @@ from ..errors import (
     ModelError,
     ModelHTTPError,
     ModelResponseError,
+    ModelTimeoutError,
     UsageError,
 )
+from ._http import LeanTransport, RawResponse, TransportError, json_headers
 from ._sdk import SDKModel
 from .base import ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
 from .structured_mode import ModeSelector, StructuredMode, response_format
@@ -66,8 +76,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-HttpBackend = Literal["httpx", "aiohttp"]
-"""The SDK client's HTTP stack; see the module docstring."""
+HttpBackend = Literal["lean", "sdk", "sdk-aiohttp"]
+"""The HTTP stack of an instance; see the module docstring."""
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 """OpenAI's own endpoint; the only one that requires a real key."""
@@ -122,6 +132,18 @@ def _status_body(err: Any) -> str:
     return text[:_MAX_BODY]
 
 
+def http_error(status: int, body: str, headers: Mapping[str, str] | None, model: str) -> ModelHTTPError:
+    """The ModelHTTPError for an error status, whichever HTTP stack received it.
+
+    Args:
+        status: the HTTP status.
+        body: the response body as text (truncated here).
+        headers: the response headers (``Retry-After``).
+        model: the model spec, recorded on the error.
+    """
+    return ModelHTTPError(status, body[:_MAX_BODY], model=model, retry_after=parse_retry_after(headers))
+
+
 def map_openai_error(err: Exception, model: str) -> ModelError:
     """Translate an exception from the ``openai`` SDK into moot's error tree.
 
@@ -132,10 +154,7 @@ def map_openai_error(err: Exception, model: str) -> ModelError:
     import openai
 
     if isinstance(err, openai.APIStatusError):
-        headers = getattr(err.response, "headers", None)
-        return ModelHTTPError(
-            err.status_code, _status_body(err), model=model, retry_after=parse_retry_after(headers)
-        )
+        return http_error(err.status_code, _status_body(err), getattr(err.response, "headers", None), model)
     if isinstance(err, openai.APIConnectionError):  # APITimeoutError is a subclass
         return ModelConnectionError(f"{model}: {err}", model=model)
     if isinstance(err, json.JSONDecodeError | openai.APIResponseValidationError):
@@ -147,11 +166,12 @@ def map_openai_error(err: Exception, model: str) -> ModelError:
 class OpenAIModel(SDKModel):
     """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    One ``openai.AsyncOpenAI`` client is created per event loop (connection
-    pools are bound to the loop that opened them, and ``run_sync`` uses a fresh
-    loop per call), unless ``http_client`` is given. The SDK's own retries are
-    off (``max_retries=0``): :func:`moot.models.call_model` retries, honouring
-    ``Retry-After``.
+    The default HTTP stack is the lean one (module docstring): one pooled
+    aiohttp session per event loop. With ``http="sdk"`` one
+    ``openai.AsyncOpenAI`` client is created per event loop instead (pools are
+    bound to the loop that opened them, and ``run_sync`` uses a fresh loop per
+    call), unless ``http_client`` is given. Neither stack retries by itself:
+    :func:`moot.models.call_model` retries, honouring ``Retry-After``.
 
     Args:
         model: the model name sent to the server.
@@ -159,20 +179,21 @@ class OpenAIModel(SDKModel):
         api_key: key; default ``$OPENAI_API_KEY``. Required only for OpenAI's
             own endpoint; other endpoints get a placeholder.
         structured_mode: ``json_schema``, ``json_object`` or ``prompt``; default
-            ``$MOOT_OPENAI_STRUCTURED_MODE``, else ``json_schema`` with fallback.
-        http_client: an ``httpx.AsyncClient`` / ``httpx2.AsyncClient`` to use
-            (tests pass one with a ``MockTransport``); moot never closes it.
-        http: ``httpx`` (the SDK's default) or ``aiohttp`` (cheaper per call at high
-            concurrency; extra ``moot[aiohttp]``); default ``$MOOT_OPENAI_HTTP``, else ``httpx``.
+            ``$MOOT_OPENAI_STRUCTURED_MODE``, else ``json_schema``, lowered on proof.
+        http_client: an ``httpx.AsyncClient`` / ``httpx2.AsyncClient`` for the SDK
+            (implies ``http="sdk"``); moot never closes it.
+        http: ``lean`` (default), ``sdk`` or ``sdk-aiohttp``; default
+            ``$MOOT_OPENAI_HTTP``, else ``lean``.
         max_concurrency: requests in flight at once through this instance.
         timeout: seconds one whole request may take; default ``$MOOT_REQUEST_TIMEOUT``, else 60
             (:data:`~moot.models.base.DEFAULT_REQUEST_TIMEOUT`).
 
     Raises:
-        MissingDependencyError: the ``openai`` package (or, for ``http="aiohttp"``, the SDK's
-            aiohttp support) is not installed.
+        MissingDependencyError: the SDK path is asked for and the ``openai`` package
+            (or, for ``sdk-aiohttp``, the SDK's aiohttp support) is not installed.
         MissingCredentialsError: OpenAI's endpoint and no key.
-        UsageError: an unknown structured mode or HTTP stack, or ``http`` with ``http_client``.
+        UsageError: an unknown structured mode or HTTP stack, or ``http_client``
+            with the lean stack.
     """
 
     sdk_client = ("openai", "AsyncOpenAI")
@@ -190,10 +211,6 @@ class OpenAIModel(SDKModel):
         timeout: float | None = None,
     ) -> None:
         super().__init__(http_client=http_client, timeout=timeout, max_concurrency=max_concurrency)
-        try:
-            import openai  # noqa: F401 - fail at resolve time, not at the first call
-        except ImportError as err:
-            raise MissingDependencyError("openai", "openai") from err
         self.model = model or DEFAULT_OPENAI_MODEL
         self.name = f"openai:{self.model}"
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
@@ -207,19 +224,14 @@ class OpenAIModel(SDKModel):
             structured_mode or os.environ.get("MOOT_OPENAI_STRUCTURED_MODE") or None, self.name
         )
         """The endpoint's structured mode; lowered only on proof (:mod:`moot.models.structured_mode`)."""
-        backend = http or os.environ.get("MOOT_OPENAI_HTTP") or "httpx"
-        if backend not in get_args(HttpBackend):
-            raise UsageError(f"unknown HTTP stack {backend!r}; choose httpx or aiohttp")
-        if http is not None and http_client is not None:
-            raise UsageError("pass either http= or http_client=, not both")
-        if backend == "aiohttp" and http_client is None:
-            _check_aiohttp()
-        self.http: HttpBackend = backend  # type: ignore[assignment]
-        """The HTTP stack of the SDK clients this instance creates."""
+        self.http: HttpBackend = _http_stack(http, http_client)
+        """The HTTP stack of this instance; see the module docstring."""
+        self._transport = LeanTransport(json_headers(key), timeout=self.timeout)
+        self._url = self.base_url + "/chat/completions"
 
     def _own_http_client(self) -> Any:
-        """The SDK's aiohttp-backed client when ``http="aiohttp"``, else the SDK's default."""
-        if self.http != "aiohttp":
+        """The SDK's aiohttp-backed client for ``http="sdk-aiohttp"``, else the SDK's default."""
+        if self.http != "sdk-aiohttp":
             return None
         import openai
 
@@ -274,56 +286,122 @@ class OpenAIModel(SDKModel):
         """True when the structured mode was set explicitly (no downgrade)."""
         return self.modes.fixed
 
-    async def _send(self, request: ModelRequest, mode: StructuredMode | None) -> ModelResponse:
-        kwargs: dict[str, Any] = {
+    def _body(self, request: ModelRequest, mode: StructuredMode | None) -> dict[str, Any]:
+        """The JSON body of one ``/chat/completions`` request."""
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
         }
         if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
+            body["max_tokens"] = request.max_tokens
         if request.temperature is not None:
-            kwargs["temperature"] = request.temperature
+            body["temperature"] = request.temperature
         if request.seed is not None:
-            kwargs["seed"] = request.seed
+            body["seed"] = request.seed
         if request.json_schema is not None and mode is not None:
             fmt = response_format(mode, request.json_schema, request.schema_name)
             if fmt is not None:
-                kwargs["response_format"] = fmt
+                body["response_format"] = fmt
+        return body
+
+    async def _send(self, request: ModelRequest, mode: StructuredMode | None) -> ModelResponse:
+        body = self._body(request, mode)
+        if self.http == "lean":
+            return self._lean_response(await self._post(body))
+        return await self._send_sdk(body)
+
+    async def _post(self, body: dict[str, Any]) -> RawResponse:
+        """POST one body over the lean transport; no response at all becomes a ModelConnectionError."""
+        try:
+            return await self._transport.post(self._url, orjson.dumps(body))
+        except TransportError as err:
+            if err.timeout and not err.connect:
+                raise ModelTimeoutError(self.timeout, model=self.name) from err
+            raise ModelConnectionError(f"{self.name}: {err}", model=self.name) from err
+
+    def _lean_response(self, raw: RawResponse) -> ModelResponse:
+        """Decode a lean-transport response, reading only the fields moot uses."""
+        if raw.status >= 400:
+            raise http_error(raw.status, raw.body.decode("utf-8", "replace"), raw.headers, self.name)
+        try:
+            data = orjson.loads(raw.body)
+            choices = data["choices"]
+            if not choices:
+                raise ModelResponseError(f"{self.name}: the server returned no choices", model=self.name)
+            choice = choices[0]
+            text = choice["message"].get("content") or ""
+            usage_data = data.get("usage") or {}
+            usage = Usage(
+                calls=1,
+                prompt_tokens=usage_data.get("prompt_tokens") or 0,
+                completion_tokens=usage_data.get("completion_tokens") or 0,
+            )
+        except (orjson.JSONDecodeError, LookupError, TypeError, AttributeError) as err:
+            # A 200 whose body was cut short or mangled (a proxy, a crashed worker): transient.
+            snippet = raw.body[:300].decode("utf-8", "replace")
+            raise ModelResponseError(
+                f"{self.name}: unreadable response body: {snippet!r}", model=self.name
+            ) from err
+        return ModelResponse(
+            text=text,
+            usage=usage,
+            model=f"openai:{data.get('model') or self.model}",
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    async def _send_sdk(self, body: dict[str, Any]) -> ModelResponse:
         from openai.types.chat import ChatCompletion
 
         try:
             # The SDK's generic route: the same request, errors and response model as
             # chat.completions.create, without its per-call parameter transform (module docstring).
-            completion = await self._client().post("/chat/completions", body=kwargs, cast_to=ChatCompletion)
+            completion = await self._client().post("/chat/completions", body=body, cast_to=ChatCompletion)
         except Exception as err:  # noqa: BLE001 - every SDK failure becomes a ModelError
             raise map_openai_error(err, self.name) from err
         if not completion.choices:
             raise ModelResponseError(f"{self.name}: the server returned no choices", model=self.name)
-        choice = completion.choices[0]
-        usage = Usage(calls=1)
-        if completion.usage is not None:
-            usage = Usage(
-                calls=1,
-                prompt_tokens=completion.usage.prompt_tokens or 0,
-                completion_tokens=completion.usage.completion_tokens or 0,
-            )
+        try:
+            # The SDK builds its response model without validation: a wrong shape shows up here.
+            choice = completion.choices[0]
+            text = choice.message.content or ""
+            usage = Usage(calls=1)
+            if completion.usage is not None:
+                usage = Usage(
+                    calls=1,
+                    prompt_tokens=completion.usage.prompt_tokens or 0,
+                    completion_tokens=completion.usage.completion_tokens or 0,
+                )
+        except (AttributeError, LookupError, TypeError) as err:
+            message = f"{self.name}: unreadable response body: {type(err).__name__}: {err}"
+            raise ModelResponseError(message, model=self.name) from err
         return ModelResponse(
-            text=choice.message.content or "",
+            text=text,
             usage=usage,
             model=f"openai:{completion.model or self.model}",
             finish_reason=choice.finish_reason,
         )
 
+    async def aclose(self) -> None:
+        """Close the running loop's connections (the SDK client's, the lean session's)."""
+        await super().aclose()
+        await self._transport.aclose()
 
-def _check_aiohttp() -> None:
-    """Fail at construction, not at the first call, when the SDK's aiohttp support is missing."""
-    import openai
 
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError as err:
-        raise MissingDependencyError("aiohttp", "aiohttp", "needed for http='aiohttp'") from err
-    if not hasattr(openai, "DefaultAioHttpClient"):
-        raise MissingDependencyError(
-            "a newer openai", "aiohttp", f"openai {openai.__version__} has no DefaultAioHttpClient"
-        )
+def _http_stack(http: str | None, http_client: Any) -> HttpBackend:
+    """The HTTP stack asked for, checked: the SDK path needs the SDK (and its aiohttp extra)."""
+    if http_client is not None and http not in (None, "sdk"):
+        raise UsageError("http_client= is the SDK's HTTP client: use it with http='sdk' (or no http=)")
+    stack = "sdk" if http_client is not None else (http or os.environ.get("MOOT_OPENAI_HTTP") or "lean")
+    if stack not in get_args(HttpBackend):
+        choices = ", ".join(get_args(HttpBackend))
+        raise UsageError(f"unknown HTTP stack {stack!r}; choose one of {choices}")
+    if stack != "lean":
+        try:
+            import openai
+        except ImportError as err:
+            raise MissingDependencyError("openai", "openai", f"needed for http={stack!r}") from err
+        if stack == "sdk-aiohttp" and not hasattr(openai, "DefaultAioHttpClient"):
+            raise MissingDependencyError(
+                "a newer openai", "aiohttp", f"openai {openai.__version__} has no DefaultAioHttpClient"
+            )
+    return stack  # type: ignore[return-value]
