@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
@@ -21,6 +22,7 @@ from ..runs.recording import debate_config
 from ..transcript import DebateResult, Event, Turn
 from . import _exit
 from ._store_options import NoStoreOption, StoreOption
+from .run_batch import TopicItem, read_topics, run_batch
 
 __all__ = ["load_context", "parse_role_models", "register"]
 
@@ -206,6 +208,87 @@ def _from_record(run_id: str, store: Path | None) -> dict[str, Any]:
     return record.config
 
 
+def _batch(
+    debate: Debate,
+    input_file: Path,
+    output: Path,
+    *,
+    concurrency: int,
+    model: str | None,
+    role_models: dict[str, str],
+    context: Path | None,
+    initial_answer: str | None,
+    debate_mode: bool,
+    store: Path | None,
+    use_store: bool,
+) -> int:
+    """``moot run --input``: the CLI's --context and --initial-answer apply where a line has none."""
+    shared_context = load_context(context)
+    items = [
+        replace(
+            item,
+            context=shared_context if item.context is None else item.context,
+            initial_answer=item.initial_answer or initial_answer,
+        )
+        for item in read_topics(input_file)
+    ]
+    console = Console(stderr=True)
+    if debate_mode and uses_demo_model(debate):
+        console.print(DEMO_NOTICE, style="dim", markup=False, emoji=False, soft_wrap=True)
+
+    def record(item: TopicItem) -> dict[str, Any]:
+        return debate_config(
+            debate,
+            item.topic,
+            model=model,
+            role_models=role_models,
+            context=item.context,
+            initial_answer=item.initial_answer,
+            debate_mode=debate_mode,
+        )
+
+    return run_batch(
+        debate,
+        items,
+        output,
+        concurrency=concurrency,
+        console=console,
+        record=record,
+        status=debate_status,
+        store=store,
+        use_store=use_store,
+        debate_mode=debate_mode,
+    )
+
+
+def _batch_clash(
+    topic: str | None,
+    input_file: Path | None,
+    output: Path | None,
+    *,
+    as_json: bool,
+    out: Path | None,
+    from_run: str | None,
+) -> None:
+    """Reject batch options given without the rest, or with single-debate ones.
+
+    Raises:
+        UsageError: naming the clash.
+    """
+    problem = None
+    if input_file is None:
+        problem = "--output and --concurrency are for a batch: give --input TOPICS.jsonl too"
+    elif output is None:
+        problem = "--input needs --output RESULTS.jsonl (one result per line)"
+    elif topic is not None:
+        problem = "give either a TOPIC or --input, not both"
+    for flag, given in (("--json", as_json), ("--out", out is not None), ("--from", from_run is not None)):
+        if given and problem is None:
+            problem = f"{flag} is for a single debate; a batch writes its results to --output"
+    if problem is not None:
+        raise UsageError(problem)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``run`` and ``protocols`` to ``app``."""
 
@@ -244,11 +327,41 @@ def register(app: typer.Typer) -> None:
         ] = None,
         store: StoreOption = None,
         no_store: NoStoreOption = False,
+        input_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--input", help="Batch: JSONL file, one {topic, context, initial_answer, id} per line."
+            ),
+        ] = None,
+        output: Annotated[
+            Path | None, typer.Option(help="Batch: JSONL file of results (items already in it are skipped).")
+        ] = None,
+        concurrency: Annotated[
+            int | None, typer.Option(min=1, max=1000, help="Batch: debates in flight at once [default: 1].")
+        ] = None,
     ) -> int:
-        """Run one debate and show it live (or print the result as JSON).
+        """Run one debate and show it live (or print the result as JSON), or a batch with --input.
 
         Exit code: 0 complete, 1 fell back or had failed calls, 2 usage error.
         """
+        if input_file is not None or output is not None or concurrency is not None:
+            _batch_clash(topic, input_file, output, as_json=as_json, out=out, from_run=from_run)
+            assert input_file is not None and output is not None
+            roles = parse_role_models(role_model)
+            overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
+            return _batch(
+                Debate(protocol or config or "answer", model=model, role_models=roles, overrides=overrides),
+                input_file,
+                output,
+                concurrency=concurrency or 1,
+                model=model,
+                role_models=roles,
+                context=context,
+                initial_answer=initial_answer,
+                debate_mode=debate_mode,
+                store=store,
+                use_store=not no_store,
+            )
         recorded = _from_record(from_run, store) if from_run else {}
         overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
         spec: str | Path | dict[str, Any] = protocol or (config if config is not None else "answer")

@@ -1,0 +1,196 @@
+"""``moot run --input topics.jsonl --output results.jsonl``: many debates, one result per line.
+
+Input: one JSON object per line, ``{"topic": "...", "context": ..., "initial_answer": "...",
+"id": "..."}``, where only ``topic`` is required (a bare JSON string is a topic too). Output:
+one JSON object per finished debate, the :class:`~moot.transcript.DebateResult` with the
+item's key added as ``input_id``, written and flushed as each debate ends, so an
+interrupted batch keeps what finished. Run the same command again and the items already in
+the output are skipped: a batch resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..engine import Debate
+from ..errors import UsageError
+from ..runs import RunStatus, recording
+from ..transcript import DebateResult
+from . import _exit
+
+__all__ = ["TopicItem", "read_done", "read_topics", "run_batch"]
+
+_FIELDS = ("id", "topic", "context", "initial_answer")
+
+
+@dataclass(frozen=True)
+class TopicItem:
+    """One line of a topics file."""
+
+    key: str
+    """``id`` when the line gives one, else the topic text: what resuming matches on."""
+    topic: str
+    context: Any = None
+    initial_answer: str | None = None
+
+
+def read_topics(path: Path) -> list[TopicItem]:
+    """Read a topics JSONL file (see the module docstring).
+
+    Raises:
+        UsageError: a missing file, a line that is not a topic object (its number is named),
+            an unknown field, two lines with the same key, or no topic at all.
+    """
+    if not path.is_file():
+        raise UsageError(f"input file not found: {path}")
+    items: list[TopicItem] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data: Any = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path} line {number}: not valid JSON: {exc.msg}") from None
+        if isinstance(data, str):
+            data = {"topic": data}
+        if not isinstance(data, dict):
+            raise UsageError(f"{path} line {number}: expected an object with a 'topic'")
+        unknown = sorted(set(data) - set(_FIELDS))
+        if unknown:
+            raise UsageError(
+                f"{path} line {number}: unknown field {unknown[0]!r}; fields: {', '.join(_FIELDS)}"
+            )
+        topic, answer, ident = data.get("topic"), data.get("initial_answer"), data.get("id")
+        if not isinstance(topic, str) or not topic.strip():
+            raise UsageError(f"{path} line {number}: 'topic' must be a non-empty string")
+        if answer is not None and not isinstance(answer, str):
+            raise UsageError(f"{path} line {number}: 'initial_answer' must be a string")
+        if ident is not None and (isinstance(ident, bool) or not isinstance(ident, str | int)):
+            raise UsageError(f"{path} line {number}: 'id' must be a string or an integer")
+        key = str(ident) if ident is not None else topic.strip()
+        if key in seen:
+            raise UsageError(
+                f"{path} lines {seen[key]} and {number} have the same key {key!r}: give each line an 'id'"
+            )
+        seen[key] = number
+        items.append(TopicItem(key, topic.strip(), data.get("context"), answer))
+    if not items:
+        raise UsageError(f"{path} holds no topics")
+    return items
+
+
+def read_done(path: Path) -> dict[str, DebateResult]:
+    """The results already in an output file, by ``input_id``; a cut-off last line is dropped.
+
+    A batch killed mid-write can leave a partial last line; it is removed from the file
+    so the next line appended starts clean, and its item runs again.
+
+    Raises:
+        UsageError: the path is not a file of results (a bad line other than the last).
+    """
+    if not path.exists():
+        return {}
+    if not path.is_file():
+        raise UsageError(f"--output {path} is not a file")
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    done: dict[str, DebateResult] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            key = data.pop("input_id")
+            done[str(key)] = DebateResult.model_validate(data)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            if number == len(lines) and not line.endswith("\n"):
+                path.write_text("".join(lines[:-1]), encoding="utf-8")
+                break
+            raise UsageError(
+                f"--output {path} line {number} is not a moot run result; choose another file"
+            ) from None
+    return done
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]debates"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+    )
+
+
+def run_batch(
+    debate: Debate,
+    items: list[TopicItem],
+    output: Path,
+    *,
+    concurrency: int,
+    console: Console,
+    record: Callable[[TopicItem], dict[str, Any]],
+    status: Callable[[DebateResult], RunStatus],
+    store: Path | None,
+    use_store: bool,
+    debate_mode: bool = True,
+) -> int:
+    """Run the items not yet in ``output``, ``concurrency`` at a time; return the exit code.
+
+    Each debate is recorded in the run store as a ``run`` of its own (``record`` gives
+    its configuration, ``status`` its end status). The exit code follows the contract
+    over every result in the output file, earlier ones included.
+    """
+    previous = read_done(output)
+    todo = [item for item in items if item.key not in previous]
+    if len(todo) < len(items):
+        skipped = len(items) - len(todo)
+        console.print(f"{skipped} of {len(items)} topics already in {output}: skipped", markup=False)
+    results: list[DebateResult] = []
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(concurrency)
+        with output.open("a", encoding="utf-8") as out, _progress(console) as progress:
+            task = progress.add_task("debates", total=len(todo), status="")
+
+            async def one(item: TopicItem) -> None:
+                async with gate:
+                    cfg = record(item)
+                    with recording(
+                        "run", title=item.topic, model=str(cfg.get("model") or ""), config=cfg,
+                        store=store, enabled=use_store,
+                    ) as rec:  # fmt: skip
+                        result = await debate.run(
+                            item.topic,
+                            context=item.context,
+                            initial_answer=item.initial_answer,
+                            debate_mode=debate_mode,
+                            on_event=rec.on_event,
+                        )
+                        rec.finish(result, status=status(result))
+                line = {"input_id": item.key, **result.model_dump(mode="json")}
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                out.flush()  # a killed batch keeps every finished line
+                results.append(result)
+                degraded = sum(_exit.for_debate(r) != 0 for r in results)
+                progress.update(task, advance=1, status=f"{degraded} fell back" if degraded else "")
+
+            try:
+                await asyncio.gather(*(one(item) for item in todo))
+            finally:
+                await debate.aclose()
+
+    asyncio.run(main())
+    degraded = sum(_exit.for_debate(r) != 0 for r in results)
+    note = f" ({degraded} fell back or had failed calls)" if degraded else ""
+    console.print(f"wrote {len(results)} results to {output}{note}", markup=False)
+    return _exit.for_debates([*previous.values(), *results])
