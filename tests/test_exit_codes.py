@@ -12,7 +12,7 @@ import pytest
 from moot.absa import FinalResult
 from moot.arbitration import ArbitrationResult
 from moot.cli import main
-from moot.errors import ModelConnectionError
+from moot.errors import ModelConnectionError, ModelHTTPError
 from moot.models import ModelRequest
 from moot.models.testing import FunctionModel
 from moot.transcript import DebateResult
@@ -48,6 +48,21 @@ def test_run_unreachable_with_initial_answer_falls_back_to_it_and_exits_1(
     res = DebateResult.model_validate_json(capsys.readouterr().out)
     assert res.final_answer == "the pipeline's answer"
     assert res.fallback is not None and "connection refused" in res.fallback
+
+
+def failing(request: ModelRequest) -> Any:
+    err = ModelHTTPError(500, "internal error", model="fail:x")
+    err.retryable = False  # as after the retries ran out
+    raise err
+
+
+def test_run_failing_endpoint_with_initial_answer_falls_back_to_it(
+    fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_provider("fail", lambda rest: FunctionModel(failing, name=f"fail:{rest}"))
+    assert main(["run", "Why?", "--model", "fail:x", "--initial-answer", "kept", "--json"]) == 1
+    res = DebateResult.model_validate_json(capsys.readouterr().out)
+    assert res.final_answer == "kept" and res.fallback is not None and "HTTP 500" in res.fallback
 
 
 def test_run_unreachable_without_initial_answer_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -234,6 +234,13 @@ def test_subgraph_debate_mode_false_skips_without_calls() -> None:
     assert out["result"].skipped and out["result"].final_answer == "k" and model.requests == []
 
 
+def test_subgraph_skips_when_the_protocol_is_disabled() -> None:
+    model = ScriptedModel([])
+    graph = build_debate_graph({"extends": "adversarial", "enabled": False}, model=model)
+    out = run_graph(graph, {"topic": "X", "initial_answer": "k"})
+    assert out["result"].skipped and out["result"].final_answer == "k" and model.requests == []
+
+
 def test_subgraph_rejects_empty_topic_and_reports_missing_langgraph(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UsageError, match="topic is empty"):
         run_graph(build_debate_graph("adversarial", model=ScriptedModel([])), {"topic": "  "})

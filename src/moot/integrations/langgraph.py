@@ -253,7 +253,8 @@ class _DebateNodes:
         self.sizes = [len(stage) for stage in stages]
 
     async def setup(self, state: DebateGraphState) -> dict[str, Any]:
-        enabled = state.get("debate_mode", True)
+        # The flag in the state, and the protocol's own `enabled: false` (seed 003), both skip.
+        enabled = state.get("debate_mode", True) and self.debate.protocol.enabled
         run = self.debate.start(
             state.get("topic") or "",
             context=state.get("context"),
