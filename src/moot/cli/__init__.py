@@ -28,7 +28,7 @@ app = typer.Typer(
 
 _register_run(app)
 # Subcommands that live with their feature; each module exposes register(app).
-for _name in ("arbitrate", "absa", "bench", "runs"):
+for _name in ("arbitrate", "absa", "bench", "runs", "view"):
     try:
         _module = importlib.import_module(f"{__name__}.{_name}")
     except ModuleNotFoundError as _exc:  # pragma: no cover - only while a feature is absent

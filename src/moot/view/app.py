@@ -1,0 +1,327 @@
+"""The ``moot view`` web app: FastAPI routes over a run store, Jinja2 pages, a JSON API and live updates.
+
+Pages (HTML) and the API (JSON, under ``/api/``, documented at ``/docs``) read
+the same store. A page of a run in progress listens to
+``/api/runs/{id}/stream`` (server-sent events) and reloads its body when the
+store has more. Nothing is fetched from outside: the CSS and JavaScript are
+files of this package.
+
+Safety: templates autoescape everything (model output is shown as text); the
+app only reads, except ``DELETE /api/runs/{id}``, which needs the
+``X-Moot-Confirm`` header to repeat the full run id (a custom header, so no
+other site can send it without a CORS preflight this app never grants). With a
+token, every request must carry it (``?token=``, which sets a cookie,
+``Authorization: Bearer``, or the cookie); bound to loopback, requests must
+name a loopback host (DNS-rebinding guard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from ..errors import UsageError
+from ..runs import RunRecord, RunStore, load_result
+from ..runs.compare import as_json, compare_runs
+from . import shape
+
+__all__ = ["LOOPBACK", "create_app"]
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_COOKIE = "moot_token"
+_KINDS = ("run", "absa", "absa-eval", "arbitrate", "bench")
+_STATUSES = ("running", "complete", "fell_back", "failed", "interrupted")
+
+
+def _package_dir(name: str) -> Path:
+    return Path(str(resources.files("moot.view").joinpath(name)))
+
+
+def _templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=str(_package_dir("templates")))
+    env = templates.env
+    env.autoescape = True  # every template, whatever its name: model output is text
+    env.filters["pct"] = lambda x: "-" if x is None else f"{100 * x:.1f}%"
+    env.filters["num"] = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"
+    env.filters["short"] = lambda s: s[:8]
+    env.filters["tojson_pretty"] = lambda x: json.dumps(x, ensure_ascii=False, indent=2, default=str)
+    env.globals["when"] = _when
+    return templates
+
+
+def _when(ts: float | None) -> str:
+    import datetime as dt
+
+    return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _token_guard(
+    token: str,
+) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
+    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        given = request.query_params.get("token")
+        auth = request.headers.get("authorization", "")
+        candidates = [
+            given,
+            auth.removeprefix("Bearer ").strip() if auth else None,
+            request.cookies.get(_COOKIE),
+        ]
+        if not any(c and hmac.compare_digest(c, token) for c in candidates):
+            return JSONResponse({"detail": "a valid token is required (?token=...)"}, status_code=401)
+        response = await call_next(request)
+        if given:  # the browser keeps it, so links, fetches and the event stream carry it
+            response.set_cookie(_COOKIE, token, httponly=True, samesite="strict")
+        return response
+
+    return guard
+
+
+def create_app(store_path: str | Path, *, token: str | None = None, host: str = "127.0.0.1") -> FastAPI:
+    """The viewer app for the store at ``store_path``.
+
+    Args:
+        store_path: the SQLite run store (must exist).
+        token: if set, every request must carry it.
+        host: the address the server binds; on loopback, requests must name a loopback host.
+
+    Raises:
+        UsageError: no store at ``store_path``.
+    """
+    store = RunStore(store_path, must_exist=True)
+    app = FastAPI(title="moot view", description="Runs recorded by moot: the JSON API the pages use.")
+    templates = _templates()
+    if host in LOOPBACK:
+        app.add_middleware(
+            TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "testserver"]
+        )
+    if token:
+        app.middleware("http")(_token_guard(token))
+    app.mount("/static", StaticFiles(directory=str(_package_dir("static"))), name="static")
+    _api(app, store)
+    _pages(app, store, templates)
+    return app
+
+
+_SORTS: dict[str, Literal["time", "cost", "score"]] = {"time": "time", "cost": "cost", "score": "score"}
+
+
+def _list(
+    store: RunStore,
+    *,
+    kind: str | None,
+    status: str | None,
+    model: str | None,
+    q: str | None,
+    sort: str,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    found = store.list(
+        kind=kind or None,
+        status=status or None,
+        model=model or None,
+        search=q or None,
+        limit=limit,
+        sort=_SORTS.get(sort, "time"),
+    )
+    return [r.model_dump(mode="json", exclude={"result"}) | {"wall_s": r.wall_s} for r in found]
+
+
+def _getter(store: RunStore) -> Callable[[str], RunRecord]:
+    def get(run_id: str) -> RunRecord:
+        try:
+            return store.get(run_id)
+        except UsageError as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
+
+    return get
+
+
+def _api(app: FastAPI, store: RunStore) -> None:
+    """The JSON API under ``/api/``."""
+    get = _getter(store)
+
+    # -- JSON API -----------------------------------------------------------------------------
+    @app.get("/api/runs")
+    def api_runs(
+        kind: str | None = None,
+        status: str | None = None,
+        model: str | None = None,
+        q: str | None = None,
+        sort: str = "time",
+        limit: int = 500,
+    ) -> list[dict[str, Any]]:
+        """Runs, newest first (``sort``: time, cost or score), filtered like ``moot runs list``."""
+        return _list(store, kind=kind, status=status, model=model, q=q, sort=sort, limit=limit)
+
+    @app.get("/api/runs/{run_id}")
+    def api_run(run_id: str) -> dict[str, Any]:
+        """One run with its result."""
+        record = get(run_id)
+        return record.model_dump(mode="json") | {"wall_s": record.wall_s, "counts": store.counts(record.id)}
+
+    @app.get("/api/runs/{run_id}/events")
+    def api_events(run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        """The run's events after ``after`` (their ``seq``)."""
+        return [e.model_dump(mode="json") for e in store.events(get(run_id).id, after=after)]
+
+    @app.get("/api/runs/{run_id}/items")
+    def api_items(run_id: str) -> list[dict[str, Any]]:
+        """The run's items (bench units, ABSA sentences)."""
+        return [i.model_dump(mode="json") for i in store.iter_items(get(run_id).id)]
+
+    @app.get("/api/runs/{run_id}/stream")
+    async def api_stream(run_id: str, request: Request) -> StreamingResponse:
+        """Server-sent events: ``update`` whenever the run records more, ``end`` once it has finished."""
+        record = get(run_id)
+
+        async def events() -> AsyncIterator[str]:
+            last: tuple[Any, ...] | None = None
+            while True:
+                current = store.get(record.id)
+                state = (current.status, *store.counts(record.id))
+                if state != last:
+                    last = state
+                    data = {"status": state[0], "events": state[1], "items": state[2]}
+                    yield f"event: update\ndata: {json.dumps(data)}\n\n"
+                if current.status != "running":
+                    yield f"event: end\ndata: {json.dumps({'status': current.status})}\n\n"
+                    return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(0.5)
+
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+    @app.delete("/api/runs/{run_id}")
+    def api_delete(run_id: str, request: Request) -> dict[str, str]:
+        """Delete a run; the ``X-Moot-Confirm`` header must repeat its full id."""
+        record = get(run_id)
+        if request.headers.get("x-moot-confirm") != record.id:
+            raise HTTPException(
+                status_code=409, detail="not confirmed: send X-Moot-Confirm with the full run id"
+            )
+        store.delete(record.id)
+        return {"deleted": record.id}
+
+    @app.get("/api/compare")
+    def api_compare(a: str, b: str) -> dict[str, Any]:
+        """Two runs side by side (as ``moot runs compare``)."""
+        try:
+            return as_json(compare_runs(store, a, b))
+        except UsageError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from None
+
+
+def _pages(app: FastAPI, store: RunStore, templates: Jinja2Templates) -> None:
+    """The HTML pages."""
+    get = _getter(store)
+
+    def page(request: Request, name: str, **context: Any) -> HTMLResponse:
+        return templates.TemplateResponse(request, name, context)
+
+    @app.get("/", response_class=HTMLResponse)
+    def runs_page(
+        request: Request,
+        kind: str | None = None,
+        status: str | None = None,
+        model: str | None = None,
+        q: str | None = None,
+        sort: str = "time",
+    ) -> HTMLResponse:
+        runs = _list(store, kind=kind, status=status, model=model, q=q, sort=sort)
+        models = sorted({r.model for r in store.list()})
+        filters = {
+            "kind": kind or "",
+            "status": status or "",
+            "model": model or "",
+            "q": q or "",
+            "sort": sort,
+        }
+        return page(
+            request, "runs.html", runs=runs, filters=filters, kinds=_KINDS, statuses=_STATUSES, models=models
+        )
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse)
+    def run_page(request: Request, run_id: str, fragment: bool = False) -> HTMLResponse:
+        record = get(run_id)
+        context = _run_context(store, record)
+        # fragment=1: only the body, which a live page swaps in when the store has more.
+        return page(request, "_run_body.html" if fragment else "run.html", record=record, **context)
+
+    @app.get("/runs/{run_id}/items/{item_id:path}", response_class=HTMLResponse)
+    def item_page(request: Request, run_id: str, item_id: str) -> HTMLResponse:
+        record = get(run_id)
+        context = _item_context(store, record, item_id)
+        if context is None:
+            raise HTTPException(status_code=404, detail=f"no item {item_id!r} in run {record.id[:8]}")
+        return page(request, "item.html", record=record, item_id=item_id, **context)
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare_page(request: Request, a: str, b: str) -> HTMLResponse:
+        try:
+            cmp = compare_runs(store, a, b)
+        except UsageError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from None
+        return page(request, "compare.html", cmp=cmp)
+
+
+def _run_context(store: RunStore, record: RunRecord) -> dict[str, Any]:
+    """What the run page needs, by kind."""
+    if record.kind == "run":
+        return {"debate": shape.live_debate(store, record)}
+    if record.kind == "bench":
+        return {"report": shape.bench_report(store, record.id), "items": shape.bench_items(store, record.id)}
+    if record.kind == "absa" and not record.config.get("batch"):
+        result = load_result(store, record.id)
+        return {"absa": _absa_context(result, record.config)} if result is not None else {}
+    if record.kind in ("absa", "absa-eval"):
+        return {"sentences": list(store.iter_items(record.id))}
+    if record.kind == "arbitrate":
+        return {"arbitration": load_result(store, record.id)}
+    return {}
+
+
+def _absa_context(result: Any, config: dict[str, Any]) -> dict[str, Any]:
+    from ..absa import AbsaConfig
+
+    cfg = AbsaConfig.model_validate(config["config"]) if isinstance(config.get("config"), dict) else None
+    return {
+        "result": result,
+        "segments": shape.absa_spans(result),
+        "rows": shape.absa_aspect_rows(result),
+        "thresholds": cfg.thresholds() if cfg is not None else None,
+        "moderator_thresholds": cfg.moderator if cfg is not None else None,
+        "debate": shape.debate_view(result.debate) if result.debate is not None else None,
+    }
+
+
+def _item_context(store: RunStore, record: RunRecord, item_id: str) -> dict[str, Any] | None:
+    """A bench item's transcripts (every method), or one ABSA sentence of a batch or evaluation."""
+    if record.kind == "bench":
+        rows = [r for r in shape.bench_items(store, record.id) if r.item_id == item_id]
+        return {"bench_item": rows[0]} if rows else None
+    from ..absa import FinalResult
+
+    found = [i for i in store.iter_items(record.id) if i.item == item_id]
+    if not found:
+        return None
+    views = []
+    for item in found:
+        result = FinalResult.model_validate(item.data["result"])
+        cfg = record.config
+        if record.kind == "absa-eval":
+            cfg = {"config": (record.config.get("configs") or {}).get(item.part)}
+        views.append({"part": item.part, "gold": item.data.get("gold"), "absa": _absa_context(result, cfg)})
+    return {"absa_items": views}

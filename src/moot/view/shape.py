@@ -1,0 +1,239 @@
+"""Shape stored runs into what the viewer's templates show (pure data; no HTML here).
+
+Templates escape every value they print (Jinja2 autoescape), so model output
+reaches the page as text, whatever it contains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..bench.records import ItemRecord
+from ..runs import RunRecord, RunStore, bench_records, bench_run, run_turns
+from ..transcript import DebateResult, Persona, Turn
+
+__all__ = [
+    "AbsaAspectRow",
+    "DebateView",
+    "Segment",
+    "absa_aspect_rows",
+    "bench_items",
+    "debate_view",
+    "highlight",
+]
+
+
+@dataclass
+class RoundRow:
+    """One round of the timeline: a lane (list of turns) per speaker, and the moderator's turn."""
+
+    number: int
+    lanes: dict[str, list[Turn]]
+    moderator: Turn | None = None
+
+
+@dataclass
+class DebateView:
+    """A debate as the timeline shows it, from its result or (while it runs) from its events."""
+
+    topic: str
+    protocol: str
+    speakers: list[Persona]
+    rounds: list[RoundRow]
+    verdict: Turn | None = None
+    result: DebateResult | None = None
+    debate_id: str = ""
+    fallback: str | None = None
+    calls: int = 0
+    tokens: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    repaired: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _speakers(personas: list[Persona], turns: list[Turn]) -> list[Persona]:
+    out = [p for p in personas if any(t.speaker == p.key and t.phase == "turn" for t in turns)]
+    known = {p.key for p in out}
+    for t in turns:
+        if t.phase == "turn" and t.speaker not in known:
+            out.append(Persona(key=t.speaker, name=t.speaker, stance=t.stance))
+            known.add(t.speaker)
+    return out
+
+
+def debate_view(result: DebateResult | None, turns: list[Turn] | None = None, topic: str = "") -> DebateView:
+    """The timeline of a finished debate (``result``) or of one in progress (its ``turns`` so far)."""
+    if result is not None:
+        turns = result.turns(include_judge=True)
+    turns = turns or []
+    personas = result.personas if result is not None else []
+    speakers = _speakers(personas, turns)
+    rounds: dict[int, RoundRow] = {}
+    verdict: Turn | None = None
+    for t in turns:
+        if t.phase == "judge":
+            verdict = t
+            continue
+        row = rounds.setdefault(t.round, RoundRow(t.round, {p.key: [] for p in speakers}))
+        if t.phase == "moderator":
+            row.moderator = t
+        else:
+            row.lanes.setdefault(t.speaker, []).append(t)
+    view = DebateView(
+        topic=result.topic if result is not None else topic,
+        protocol=result.protocol if result is not None else "",
+        speakers=speakers,
+        rounds=[rounds[k] for k in sorted(rounds)],
+        verdict=verdict,
+        result=result,
+        fallback=result.fallback if result is not None else None,
+    )
+    for t in turns:
+        view.calls += t.usage.calls
+        view.tokens += t.usage.total_tokens
+        view.cancelled += t.cancelled
+        view.failed += (not t.ok) and not t.cancelled
+        view.repaired += t.repaired
+    return view
+
+
+def live_debate(store: RunStore, record: RunRecord) -> DebateView:
+    """The timeline of a ``moot run`` record: from its result, else from the turns recorded so far."""
+    from ..runs import load_result
+
+    result = load_result(store, record.id)
+    if isinstance(result, DebateResult):
+        return debate_view(result)
+    turns = [t for _, t in run_turns(store, record)]
+    view = debate_view(None, turns, topic=record.title)
+    for event in store.events(record.id):
+        outcome = event.data.get("outcome") or {}
+        if event.kind == "debate_completed" and outcome.get("fallback"):
+            view.fallback = outcome["fallback"]
+    view.protocol = str(record.config.get("protocol", {}).get("name", ""))
+    return view
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of a sentence; ``mark`` is the aspect it belongs to (None for plain text)."""
+
+    text: str
+    mark: str | None = None
+    polarity: str | None = None
+
+
+def highlight(sentence: str, spans: list[tuple[int, int, str, str | None]]) -> list[Segment]:
+    """Cut ``sentence`` into plain and highlighted segments; ``spans`` are ``(start, end, aspect, polarity)``.
+
+    Overlapping or out-of-range spans are skipped (the first in start order wins).
+    """
+    out: list[Segment] = []
+    pos = 0
+    for start, end, aspect, polarity in sorted(spans):
+        if start < pos or end > len(sentence) or start >= end:
+            continue
+        if start > pos:
+            out.append(Segment(sentence[pos:start]))
+        out.append(Segment(sentence[start:end], aspect, polarity))
+        pos = end
+    if pos < len(sentence):
+        out.append(Segment(sentence[pos:]))
+    return out
+
+
+@dataclass
+class AbsaAspectRow:
+    """One aspect across the pipeline: Stage 1, the debate's view, Stage 2 and the final label."""
+
+    aspect: str
+    stage1: str = "-"
+    debate: str = "-"
+    stage2: str = "-"
+    final: str = "-"
+    confidence: float | None = None
+    overridden: bool = False
+
+
+def absa_aspect_rows(result: Any) -> list[AbsaAspectRow]:
+    """Per-aspect polarity at each stage of an ABSA :class:`~moot.absa.FinalResult`."""
+    rows: dict[str, AbsaAspectRow] = {}
+
+    def row(name: str) -> AbsaAspectRow:
+        key = name.strip().lower()
+        return rows.setdefault(key, AbsaAspectRow(name))
+
+    for s in result.stage1.sentiments:
+        row(s.aspect).stage1 = s.polarity
+    context = result.review_context
+    if context is not None:
+        for aspect, hints in context.aspect_hints.items():
+            labels = sorted({str(h.get("polarity_hint") or h.get("polarity") or "") for h in hints} - {""})
+            if labels:
+                row(aspect).debate = "/".join(labels)
+    verdict = result.debate.verdict if result.debate is not None else None
+    if verdict is not None and verdict.ok:
+        for t in verdict.get("final_tuples") or []:
+            if isinstance(t, dict) and t.get("aspect_ref"):
+                row(str(t["aspect_ref"])).debate = str(t.get("polarity", "-"))
+    for s in result.stage2.sentiments:
+        r = row(s.aspect)
+        r.stage2 = s.polarity
+        r.overridden = s.source not in ("stage1", "")
+    for a in result.aspects:
+        r = row(str(a.get("aspect", "")))
+        r.final = str(a.get("polarity", "-"))
+        conf = a.get("confidence")
+        r.confidence = float(conf) if isinstance(conf, int | float) else None
+    return list(rows.values())
+
+
+def absa_spans(result: Any) -> list[Segment]:
+    """The sentence with the final aspects' spans (else Stage 1's) highlighted."""
+    spans = [
+        (int(a["start"]), int(a["end"]), str(a.get("aspect", "")), a.get("polarity"))
+        for a in result.aspects
+        if isinstance(a.get("start"), int) and isinstance(a.get("end"), int)
+    ]
+    if not spans:
+        spans = [(a.start, a.end, a.term, None) for a in result.stage1.aspects]
+    return highlight(result.sentence, spans)
+
+
+@dataclass
+class BenchItemRow:
+    """One item of a bench run: its gold answer and each method's record."""
+
+    item_id: str
+    gold: str
+    records: dict[str, ItemRecord]
+    flips: set[str] = field(default_factory=set)
+    """Methods in which some agent went from right to wrong between rounds on this item."""
+
+
+def _right_to_wrong(record: ItemRecord) -> bool:
+    for before, after in zip(record.rounds, record.rounds[1:], strict=False):
+        right = {a.agent for a in before if a.correct}
+        if any(a.agent in right and not a.correct for a in after):
+            return True
+    return False
+
+
+def bench_items(store: RunStore, run_id: str) -> list[BenchItemRow]:
+    """Every item of a bench run with each method's record and its right→wrong flips."""
+    rows: dict[str, BenchItemRow] = {}
+    for r in bench_records(store, run_id):
+        row = rows.setdefault(r.item_id, BenchItemRow(r.item_id, r.gold, {}))
+        row.records[r.method] = r
+        if _right_to_wrong(r):
+            row.flips.add(r.method)
+    return list(rows.values())
+
+
+def bench_report(store: RunStore, run_id: str) -> Any:
+    """The bench report (:class:`~moot.bench.report.Report`) rebuilt from the stored units."""
+    from ..bench.report import build_report
+
+    return build_report(bench_run(store, run_id))

@@ -1,0 +1,183 @@
+"""The viewer's pages and JSON API, through FastAPI's test client, on a store filled by real runs."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="moot view needs the view extra (fastapi, uvicorn, jinja2)")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from moot.cli import main  # noqa: E402
+from moot.runs import RunStore, recording  # noqa: E402
+from moot.view import create_app  # noqa: E402
+from runs.filled import XSS, fill  # noqa: E402
+
+
+@pytest.fixture
+def filled(
+    tmp_path: Path, fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> dict[str, str]:
+    ids = fill(fake_provider, tmp_path)
+    capsys.readouterr()
+    return ids
+
+
+@pytest.fixture
+def client(filled: dict[str, str]) -> TestClient:
+    return TestClient(create_app(os.environ["MOOT_STORE"]))
+
+
+def test_run_list_filters_search_and_sort(client: TestClient, filled: dict[str, str]) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    for run_id in filled.values():
+        assert f"/runs/{run_id}" in page.text
+    benches = client.get("/", params={"kind": "bench"}).text
+    assert filled["bench_a"] in benches and filled["debate"] not in benches
+    found = client.get("/", params={"q": "tests first"}).text
+    assert filled["debate"] in found and filled["fallback"] not in found
+    by_score = client.get("/api/runs", params={"sort": "score", "kind": "bench"}).json()
+    assert by_score[0]["score"] >= by_score[1]["score"]
+    assert [r["id"] for r in client.get("/api/runs", params={"status": "fell_back"}).json()] == [
+        filled["fallback"]
+    ]
+
+
+def test_debate_page_shows_timeline_decision_and_escapes_model_output(
+    client: TestClient, filled: dict[str, str]
+) -> None:
+    page = client.get(f"/runs/{filled['debate']}").text
+    assert "Round 1" in page and "Round 2" in page and "Verdict" in page
+    assert "Tests first, then the fix." in page and "doc-2" in page and "confidence 0.40" in page
+    assert XSS not in page and "&lt;script&gt;alert(" in page  # shown as text, never run
+    assert 'data-speaker="affirmative"' in page and 'data-speaker="critical"' in page
+
+
+def test_fallback_and_failed_turns_are_visible_with_raw_text(
+    client: TestClient, filled: dict[str, str]
+) -> None:
+    page = client.get(f"/runs/{filled['fallback']}").text
+    assert "Fell back:" in page and "failed" in page
+    assert "this is not JSON at all" in page  # the raw model output of the failed turn
+
+
+def test_bench_page_report_items_and_transcripts(client: TestClient, filled: dict[str, str]) -> None:
+    run_id = filled["bench_a"]
+    page = client.get(f"/runs/{run_id}").text
+    assert "Paired tests (McNemar)" in page and "95% interval" in page and "Flips between rounds" in page
+    links = re.findall(rf'href="/runs/{run_id}/items/([^"]+)"', page)
+    assert len(links) == 6
+    item = client.get(f"/runs/{run_id}/items/{links[0]}").text
+    assert "single" in item and "society:3:2" in item and "Round 1" in item and "gold answer" in item
+    assert client.get(f"/runs/{run_id}/items/nope").status_code == 404
+
+
+def test_absa_single_batch_and_arbitration_pages(client: TestClient, filled: dict[str, str]) -> None:
+    page = client.get(f"/runs/{filled['absa']}").text
+    assert (
+        '<mark class="aspect' in page and "battery life" in page and "Stage 1" in page and "Moderator" in page
+    )
+    assert "min_total" in page  # the override thresholds
+    batch = client.get(f"/runs/{filled['absa_batch']}").text
+    assert "Nice place." in batch and f"/runs/{filled['absa_batch']}/items/s1" in batch
+    assert "battery life" in client.get(f"/runs/{filled['absa_batch']}/items/s1").text
+    arb = client.get(f"/runs/{filled['arbitrate']}").text
+    assert "Contradictions and rulings" in arb and "agent2_correct" in arb and "Consensus" in arb
+
+
+def test_compare_page_and_api(client: TestClient, filled: dict[str, str]) -> None:
+    page = client.get("/compare", params={"a": filled["bench_a"], "b": filled["bench_b"]}).text
+    assert "McNemar p" in page and "society:3:2" in page
+    data = client.get("/api/compare", params={"a": filled["debate"], "b": filled["fallback"]}).json()
+    assert data["kind"] == "run" and any(r["field"] == "final answer" for r in data["rows"])
+    assert (
+        client.get("/api/compare", params={"a": filled["debate"], "b": filled["bench_a"]}).status_code == 400
+    )
+
+
+def test_json_api_run_events_items(client: TestClient, filled: dict[str, str]) -> None:
+    run = client.get(f"/api/runs/{filled['debate'][:8]}").json()
+    assert run["id"] == filled["debate"] and run["result"]["final_answer"] == "Tests first, then the fix."
+    events = client.get(f"/api/runs/{filled['debate']}/events", params={"after": 2}).json()
+    assert events[0]["seq"] == 3 and events[-1]["kind"] == "debate_completed"
+    assert len(client.get(f"/api/runs/{filled['bench_a']}/items").json()) == 12
+    assert client.get("/api/runs/ffffffff").status_code == 404
+    assert "/api/runs/{run_id}/stream" in client.get("/openapi.json").json()["paths"]
+
+
+def test_delete_needs_confirmation(client: TestClient, filled: dict[str, str]) -> None:
+    run_id = filled["absa"]
+    assert client.delete(f"/api/runs/{run_id}").status_code == 409
+    assert client.delete(f"/api/runs/{run_id}", headers={"X-Moot-Confirm": run_id[:8]}).status_code == 409
+    assert client.get(f"/api/runs/{run_id}").status_code == 200
+    assert client.delete(f"/api/runs/{run_id}", headers={"X-Moot-Confirm": run_id}).json() == {
+        "deleted": run_id
+    }
+    assert client.get(f"/api/runs/{run_id}").status_code == 404
+    assert client.post(f"/api/runs/{filled['debate']}").status_code == 405  # nothing else writes
+
+
+def test_stream_sends_updates_then_end_for_a_finished_run(client: TestClient, filled: dict[str, str]) -> None:
+    with client.stream("GET", f"/api/runs/{filled['debate']}/stream") as response:
+        body = "".join(response.iter_text())
+    assert body.startswith("event: update\n") and '"status": "complete"' in body and "event: end" in body
+
+
+def test_live_run_page_follows_a_running_run(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    with recording("run", title="live one", store=store) as rec:
+        client = TestClient(create_app(tmp_path / "runs.db"))
+        page = client.get(f"/runs/{rec.run_id}").text
+        assert 'data-live="yes"' in page and "live:" in page
+        assert (
+            client.get(f"/runs/{rec.run_id}", params={"fragment": 1})
+            .text.lstrip()
+            .startswith('<p class="live"')
+        )
+    assert 'data-live="no"' in client.get(f"/runs/{rec.run_id}").text
+
+
+def test_token_is_required_on_every_request(filled: dict[str, str]) -> None:
+    client = TestClient(create_app(os.environ["MOOT_STORE"], token="s3cret", host="0.0.0.0"))
+    assert client.get("/").status_code == 401
+    assert client.get("/api/runs").status_code == 401
+    assert client.get("/static/moot.css").status_code == 401
+    assert client.get("/api/runs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    first = client.get("/", params={"token": "s3cret"})
+    assert first.status_code == 200 and "moot_token" in first.headers["set-cookie"]
+    assert client.get(f"/runs/{filled['debate']}").status_code == 200  # the cookie carries it now
+    assert (
+        TestClient(create_app(os.environ["MOOT_STORE"], token="s3cret", host="0.0.0.0"))
+        .get("/", params={"token": "wrong"})
+        .status_code
+        == 401
+    )
+
+
+def test_loopback_rejects_foreign_host_headers(filled: dict[str, str]) -> None:
+    client = TestClient(create_app(os.environ["MOOT_STORE"]))
+    assert client.get("/", headers={"host": "evil.example"}).status_code == 400
+    assert client.get("/", headers={"host": "127.0.0.1:7575"}).status_code == 200
+
+
+def test_static_files_are_local_and_no_cdn_is_referenced(client: TestClient, filled: dict[str, str]) -> None:
+    page = client.get(f"/runs/{filled['debate']}").text
+    assert not re.search(r'(src|href)="https?://', page)
+    assert (
+        client.get("/static/moot.js").status_code == 200
+        and "EventSource" in client.get("/static/moot.js").text
+    )
+
+
+def test_moot_view_refuses_a_public_host_without_token(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["view", "--host", "0.0.0.0"]) == 2
+    assert "--token" in capsys.readouterr().err
+    assert main(["view", "--store", str(tmp_path / "none.db")]) == 2
+    assert "no run store" in capsys.readouterr().err
