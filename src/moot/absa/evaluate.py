@@ -19,6 +19,7 @@ Scoring rules:
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,7 +35,16 @@ from .pipeline import run_absa_batch
 from .review_context import normalize
 from .schemas import FinalResult
 
-__all__ = ["EvalScores", "GoldAspect", "GoldItem", "evaluate", "format_table", "load_dataset", "score"]
+__all__ = [
+    "EvalScores",
+    "GoldAspect",
+    "GoldItem",
+    "evaluate",
+    "format_table",
+    "load_dataset",
+    "prediction",
+    "score",
+]
 # GoldAspect, GoldItem and load_dataset live in .dataset; they stay importable from here.
 
 
@@ -118,6 +128,16 @@ def score(name: str, items: Sequence[GoldItem], results: Sequence[FinalResult]) 
     return s
 
 
+def _unfinished(sentence: str, seconds: float) -> FinalResult:
+    """The result of a sentence the deadline cut off: failed, so it is scored wrong."""
+    return FinalResult(
+        sentence=sentence,
+        label="neutral",
+        confidence=0.0,
+        errors={"deadline": f"not finished within the evaluation's --timeout of {seconds:g} s"},
+    )
+
+
 async def evaluate(
     items: Sequence[GoldItem],
     configs: dict[str, AbsaConfig],
@@ -125,6 +145,7 @@ async def evaluate(
     model: str | Model | None = None,
     concurrency: int = 1,
     on_result: Callable[[str, int, FinalResult], None] | None = None,
+    timeout: float | None = None,
 ) -> dict[str, EvalScores]:
     """Run every config over ``items`` and score each.
 
@@ -134,6 +155,9 @@ async def evaluate(
         model: the model spec or instance (resolved once).
         concurrency: sentences in flight at once.
         on_result: progress callback ``(config name, index, result)``.
+        timeout: seconds for the whole evaluation. At the deadline every sentence not yet
+            finished (in this and later configs) gets a failed result with a ``deadline``
+            error, is scored wrong and is passed to ``on_result`` like any other.
 
     Returns:
         Scores by config name, in ``configs`` order.
@@ -141,17 +165,45 @@ async def evaluate(
     mdl = resolve_model(model)
     out: dict[str, EvalScores] = {}
     sentences = [it.sentence for it in items]
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
     for name, cfg in configs.items():
+        done: dict[int, FinalResult] = {}
 
-        def cb(i: int, res: FinalResult, _name: str = name) -> None:
+        def cb(i: int, res: FinalResult, _name: str = name, _done: dict[int, FinalResult] = done) -> None:
+            _done[i] = res
             if on_result is not None:
                 on_result(_name, i, res)
 
-        results = await run_absa_batch(
-            sentences, model=mdl, config=cfg, concurrency=concurrency, on_result=cb
-        )
-        out[name] = score(name, items, results)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await run_absa_batch(sentences, model=mdl, config=cfg, concurrency=concurrency, on_result=cb)
+        except TimeoutError:
+            assert timeout is not None  # only the deadline raises here
+            for i, sentence in enumerate(sentences):
+                if i not in done:
+                    cb(i, _unfinished(sentence, timeout))
+        out[name] = score(name, items, [done[i] for i in range(len(items))])
     return out
+
+
+def prediction(config: str, gold: GoldItem, result: FinalResult) -> dict[str, Any]:
+    """One line of ``predictions.jsonl``: the gold sentence beside what one config predicted."""
+    return {
+        "config": config,
+        "id": gold.id,
+        "sentence": gold.sentence,
+        "gold_label": gold.label,
+        "label": None if result.failed else result.label,
+        "label_correct": None if gold.label is None else (not result.failed and result.label == gold.label),
+        "gold_aspects": [{"term": a.name, "polarity": a.polarity} for a in gold.aspects],
+        "aspects": []
+        if result.failed
+        else [{"term": a.get("aspect"), "polarity": a.get("polarity")} for a in result.aspects],
+        "failed": result.failed,
+        "errors": result.errors,
+        "calls": result.usage.calls,
+    }
 
 
 def format_table(scores: dict[str, EvalScores], *, title: str = "ABSA evaluation") -> Any:

@@ -4,18 +4,22 @@
 
     moot absa "The pasta was great but the service was slow." [--config FILE] [--model SPEC] [--json]
     moot absa --input sentences.jsonl --output results.jsonl [--concurrency N] [--report]
-    moot absa-eval DATA.jsonl [--config FILE] [--model SPEC] [--limit N] [--no-ablations]
+    moot absa-eval DATA.jsonl|DATA.xml [--config FILE] [--configs A,B] [--model SPEC] [--limit N]
+                   [--no-ablations] [--out DIR] [--exclude-conflict] [--timeout S]
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -28,10 +32,12 @@ from ..absa import (
     format_report,
     format_table,
     load_config,
-    load_dataset,
     run_absa,
     run_absa_batch,
 )
+from ..absa.config import AbsaConfig
+from ..absa.dataset import Dataset, read_dataset
+from ..absa.evaluate import EvalScores, prediction
 from ..errors import UsageError
 from ..models import Model, Usage, run_with_model
 from ..runs import Recording, recording
@@ -157,8 +163,103 @@ def _eval_recorder(
     return done
 
 
+def _eval_configs(base: AbsaConfig, names: str | None, with_ablations: bool) -> dict[str, AbsaConfig]:
+    """The configs ``absa-eval`` runs.
+
+    ``--configs`` names (ablations of ``base``, shipped names or YAML files), else ``base`` and,
+    with ``--ablations``, its two ablations.
+    """
+    pool = ablations(base)
+    if names is None:
+        return pool if with_ablations else {base.name: base}
+    out: dict[str, AbsaConfig] = {}
+    for name in (n.strip() for n in names.split(",")):
+        if name:
+            chosen = pool[name] if name in pool else load_config(name)
+            out[chosen.name] = chosen
+    if not out:
+        raise UsageError("--configs names no config; e.g. --configs default")
+    return out
+
+
+def _open_predictions(out: Path | None) -> TextIO | None:
+    """``OUT/predictions.jsonl`` opened for writing (lines are flushed as sentences finish)."""
+    if out is None:
+        return None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return (out / "predictions.jsonl").open("w", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write to --out {out}: {exc.strerror or exc}") from None
+
+
+class _ProgressLines:
+    """Progress for a log or a pipe: a plain line per config every ``every`` seconds, and at its end."""
+
+    def __init__(self, console: Console, totals: dict[str, int], every: float = 10.0) -> None:
+        self.console, self.totals, self.every = console, totals, every
+        self.counts = dict.fromkeys(totals, 0)
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        self.counts[name] += 1
+        now = time.monotonic()
+        if self.counts[name] == self.totals[name] or now - self.last >= self.every:
+            self.last = now
+            done, total = self.counts[name], self.totals[name]
+            elapsed = now - self.started
+            self.console.print(
+                f"absa-eval: {name} {done}/{total} sentences, {elapsed:.0f} s", highlight=False
+            )
+
+
+@contextlib.contextmanager
+def _eval_progress(console: Console, configs: dict[str, Any], n: int) -> Iterator[Callable[[str], None]]:
+    """``advance(config name)``: a live bar on a terminal, periodic lines otherwise."""
+    if not console.is_terminal:
+        yield _ProgressLines(console, dict.fromkeys(configs, n))
+        return
+    with _progress(console) as progress:
+        tasks = {name: progress.add_task(name, total=n) for name in configs}
+        yield lambda name: progress.advance(tasks[name])
+
+
+def _eval_data(data: str, limit: int | None, exclude_conflict: bool, console: Console) -> Dataset:
+    """Read ``absa-eval``'s data and say on stderr what was left out."""
+    if not Path(data.removeprefix("semeval:")).is_file():
+        raise UsageError(f"dataset not found: {data}")
+    dataset = read_dataset(data, limit=limit, conflict="exclude" if exclude_conflict else "keep")
+    if not dataset.items:
+        raise UsageError(f"{data} holds no items")
+    for note in dataset.rejected:
+        console.print(f"rejected {escape(note)}", highlight=False)
+    if dataset.excluded_conflict:
+        console.print(f"excluded {dataset.excluded_conflict} aspects labelled conflict", highlight=False)
+    return dataset
+
+
+def _write_metrics(out: Path, data: str, dataset: Dataset, payload: dict[str, Any]) -> None:
+    meta = {
+        "data": data,
+        "sentences": len(dataset.items),
+        "rejected": dataset.rejected,
+        "excluded_conflict": dataset.excluded_conflict,
+    }
+    text = json.dumps({"run": meta, "configs": payload}, ensure_ascii=False, indent=2) + "\n"
+    (out / "metrics.json").write_text(text, encoding="utf-8")
+
+
+def _print_scores(scores: dict[str, EvalScores], title: str, report: bool) -> None:
+    Console().print(format_table(scores, title=title))
+    if report:
+        for name, s in scores.items():
+            if s.metrics is not None:
+                typer.echo(f"\n== {name} ==\n{format_report(s.metrics)}")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``absa`` and ``absa-eval`` to ``app``."""
+    app.command("absa-eval")(absa_eval_cmd)
 
     @app.command("absa")
     def absa_cmd(
@@ -234,66 +335,101 @@ def register(app: typer.Typer) -> None:
             typer.echo(format_report(compute_metrics(results)))
         return _exit.for_absa(results)
 
-    @app.command("absa-eval")
-    def absa_eval_cmd(
-        data: Annotated[Path, typer.Argument(help="Labelled JSONL (see moot/data/absa_sentences.jsonl).")],
-        config: Annotated[
-            str | None, typer.Option(help="Config YAML or shipped name (the full system).")
-        ] = None,
-        model: Annotated[
-            str | None, typer.Option(help="Model spec, e.g. local or openai:gpt-4o-mini.")
-        ] = None,
-        limit: Annotated[int | None, typer.Option(min=1, help="Only the first N sentences.")] = None,
-        concurrency: Annotated[int, typer.Option(min=1, help="Sentences in flight at once.")] = 1,
-        with_ablations: Annotated[
-            bool,
-            typer.Option(
-                "--ablations/--no-ablations", help="Also run abl_no_debate_override and abl_no_debate."
-            ),
-        ] = True,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
-        report: Annotated[bool, typer.Option(help="Print each config's debate metrics report.")] = False,
-        store: StoreOption = None,
-        no_store: NoStoreOption = False,
-    ) -> None:
-        """Aspect-tuple P/R/F1 and sentence-label accuracy, ablations side by side."""
-        if not data.is_file():
-            raise UsageError(f"dataset not found: {data}")
-        items = load_dataset(data, limit=limit)
-        if not items:
-            raise UsageError(f"{data} holds no items")
-        cfg = load_config(config)
-        configs = ablations(cfg) if with_ablations else {cfg.name: cfg}
-        console = Console(stderr=True)
-        recorded = {
-            "data": str(data),
-            "limit": limit,
-            "model": model,
-            "concurrency": concurrency,
-            "configs": {name: c.model_dump(mode="json") for name, c in configs.items()},
-        }
+
+def absa_eval_cmd(
+    data: Annotated[
+        str,
+        typer.Argument(
+            help="Labelled data: moot JSONL (see moot/data/absa_sentences.jsonl), SemEval XML "
+            "(FILE.xml or semeval:FILE)."
+        ),
+    ],
+    config: Annotated[str | None, typer.Option(help="Config YAML or shipped name (the full system).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model spec, e.g. local or openai:gpt-4o-mini.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N sentences.")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Sentences in flight at once.")] = 1,
+    with_ablations: Annotated[
+        bool,
+        typer.Option("--ablations/--no-ablations", help="Also run abl_no_debate_override and abl_no_debate."),
+    ] = True,
+    configs_opt: Annotated[
+        str | None,
+        typer.Option(
+            "--configs",
+            help="Comma-separated configs to run (names of --config's ablations, shipped names or "
+            "YAML files); e.g. --configs default runs one. Overrides --ablations.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Directory for metrics.json and predictions.jsonl (one line a sentence)."),
+    ] = None,
+    exclude_conflict: Annotated[
+        bool, typer.Option("--exclude-conflict", help="Leave out aspects labelled conflict (counted).")
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0.1,
+            help="Seconds for the whole evaluation; unfinished sentences are scored failed (exit 1).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+    report: Annotated[bool, typer.Option(help="Print each config's debate metrics report.")] = False,
+    store: StoreOption = None,
+    no_store: NoStoreOption = False,
+) -> None:
+    """Aspect-tuple P/R/F1 and sentence-label accuracy, ablations side by side."""
+    console = Console(stderr=True)
+    dataset = _eval_data(data, limit, exclude_conflict, console)
+    items = dataset.items
+    cfg = load_config(config)
+    configs = _eval_configs(cfg, configs_opt, with_ablations)
+    predictions = _open_predictions(out)
+    cut: list[tuple[str, int]] = []
+    recorded = {
+        "data": data,
+        "limit": limit,
+        "model": model,
+        "concurrency": concurrency,
+        "exclude_conflict": exclude_conflict,
+        "configs": {name: c.model_dump(mode="json") for name, c in configs.items()},
+    }
+    try:
         with (
             recording(
                 "absa-eval",
-                title=str(data),
+                title=data,
                 model=model or "local",
                 config=recorded,
                 store=store,
                 enabled=not no_store,
             ) as rec,
-            _progress(console) as progress,
+            _eval_progress(console, configs, len(items)) as advance,
         ):
-            tasks = {name: progress.add_task(name, total=len(items)) for name in configs}
 
-            done = _eval_recorder(rec, items, lambda name: progress.advance(tasks[name]))
+            def done(name: str, i: int, res: FinalResult) -> None:
+                if "deadline" in res.errors:
+                    cut.append((name, i))
+                if predictions is not None:
+                    line = prediction(name, items[i], res)
+                    predictions.write(json.dumps(line, ensure_ascii=False) + "\n")
+                    predictions.flush()
+                record(name, i, res)
+
+            record = _eval_recorder(rec, items, advance)
             scores = run_with_model(
                 model,
-                lambda m: evaluate(items, configs, model=m, concurrency=concurrency, on_result=done),
+                lambda m: evaluate(
+                    items, configs, model=m, concurrency=concurrency, on_result=done, timeout=timeout
+                ),
             )
             payload = {
                 name: {
                     **s.model_dump(mode="json", exclude={"metrics"}),
                     "accuracy": s.accuracy,
+                    "majority_accuracy": s.majority_accuracy,
                     "precision": s.precision,
                     "recall": s.recall,
                     "f1": s.f1,
@@ -307,11 +443,30 @@ def register(app: typer.Typer) -> None:
                 summary={name: p["f1"] for name, p in payload.items()},
                 score=max((p["f1"] for p in payload.values()), default=None),
             )
-        if as_json:
-            typer.echo(json.dumps(payload, ensure_ascii=False, indent=2))
-            return
-        Console().print(format_table(scores, title=f"ABSA evaluation · {data.name} · {len(items)} sentences"))
+    finally:
+        if predictions is not None:
+            predictions.close()
+    if out is not None:
+        meta = {"data": data, "sentences": len(items), "rejected": dataset.rejected}
+        meta["excluded_conflict"] = dataset.excluded_conflict
+        (out / "metrics.json").write_text(
+            json.dumps({"run": meta, "configs": payload}, ensure_ascii=False, indent=2) + "\n",
+            encoding="utf-8",
+        )
+    if as_json:
+        typer.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        title = f"ABSA evaluation · {Path(data).name} · {len(items)} sentences"
+        Console().print(format_table(scores, title=title))
         if report:
             for name, s in scores.items():
                 if s.metrics is not None:
                     typer.echo(f"\n== {name} ==\n{format_report(s.metrics)}")
+    if out is not None:
+        console.print(f"metrics: {out / 'metrics.json'}  predictions: {out / 'predictions.jsonl'}")
+    if cut:
+        console.print(
+            f"[yellow]timeout:[/] {len(cut)} sentence runs unfinished after --timeout {timeout:g} s "
+            "were scored failed"
+        )
+        raise typer.Exit(_exit.DEGRADED)
