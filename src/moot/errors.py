@@ -24,6 +24,9 @@ structured fields so callers can react without parsing messages::
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 __all__ = [
     "BudgetExceeded",
     "ConfigError",
@@ -41,7 +44,35 @@ __all__ = [
     "RunError",
     "UnknownProviderError",
     "UsageError",
+    "redact",
 ]
+
+REDACTED = "***"
+
+#: A credential header or field and its value, as servers echo them: ``Authorization: Bearer X``,
+#: ``"api-key": "X"``, ``x-api-key=X``. The value ends at whitespace, a quote, a comma or a brace.
+_CREDENTIAL = re.compile(
+    r"(?i)\b((?:proxy-)?authorization|x-api-key|api[-_]?key)(\\?[\"']?\s*[:=]\s*\\?[\"']?)"
+    r"((?:bearer|basic|token)\s+)?([^\s\"'\\,;}\]]+)"
+)
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with credentials replaced by ``***``.
+
+    Replaced: every value of an ``Authorization``, ``x-api-key`` or ``api-key`` header or
+    field, and every occurrence of ``secrets``. Backends run every server error body
+    through this before it is stored in an error, a turn, an event or a file: a server
+    (or proxy) that echoes the request headers must not put the key into results.
+
+    Args:
+        text: the text to clean.
+        secrets: the configured keys (empty or very short values are ignored).
+    """
+    for secret in secrets:
+        if secret and len(secret) >= 6:
+            text = text.replace(secret, REDACTED)
+    return _CREDENTIAL.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) or ''}{REDACTED}", text)
 
 
 class MootError(Exception):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import (
@@ -23,6 +24,7 @@ from ..errors import (
     ModelError,
     ModelHTTPError,
     ModelResponseError,
+    redact,
 )
 from ._sdk import SDKModel
 from .base import Message, ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
@@ -37,29 +39,33 @@ DEFAULT_MAX_TOKENS = 1024
 _MAX_BODY = 2000
 
 
-def map_anthropic_error(err: Exception, model: str) -> ModelError:
+def map_anthropic_error(err: Exception, model: str, secrets: Iterable[str | None] = ()) -> ModelError:
     """Translate an exception from the ``anthropic`` SDK into moot's error tree.
 
     Args:
         err: the SDK exception.
         model: the model spec, recorded on the error.
+        secrets: the configured key(s), removed from every text the error carries.
     """
     import anthropic
 
     if isinstance(err, anthropic.APIStatusError):
         try:
-            body = str(err.response.text)
+            body = str(err.response.text)  # redacted before truncation: a cut key would not match
         except Exception:  # noqa: BLE001 - unread body; the parsed one will do
             body = json.dumps(err.body) if err.body is not None else str(err)
         headers = getattr(err.response, "headers", None)
         return ModelHTTPError(
-            err.status_code, body[:_MAX_BODY], model=model, retry_after=parse_retry_after(headers)
+            err.status_code,
+            redact(body, secrets)[:_MAX_BODY],
+            model=model,
+            retry_after=parse_retry_after(headers),
         )
     if isinstance(err, anthropic.APIConnectionError):  # APITimeoutError is a subclass
-        return ModelConnectionError(f"{model}: {err}", model=model)
+        return ModelConnectionError(redact(f"{model}: {err}", secrets), model=model)
     if isinstance(err, json.JSONDecodeError | anthropic.APIResponseValidationError):
-        return ModelResponseError(f"{model}: unreadable response body: {err}", model=model)
-    return ModelError(f"{model}: {type(err).__name__}: {err}", model=model)
+        return ModelResponseError(redact(f"{model}: unreadable response body: {err}", secrets), model=model)
+    return ModelError(redact(f"{model}: {type(err).__name__}: {err}", secrets), model=model)
 
 
 def _tool_name(schema_name: str) -> str:
@@ -185,7 +191,7 @@ class AnthropicModel(SDKModel):
         try:
             message = await self._client().messages.create(**kwargs)
         except Exception as err:  # noqa: BLE001 - every SDK failure becomes a ModelError
-            raise map_anthropic_error(err, self.name) from err
+            raise map_anthropic_error(err, self.name, (self._api_key,)) from err
         text = ""
         for block in message.content:
             if tool is not None and block.type == "tool_use" and block.name == tool:

@@ -44,7 +44,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, cast, get_args
 
 import orjson
@@ -58,6 +58,7 @@ from ..errors import (
     ModelResponseError,
     ModelTimeoutError,
     UsageError,
+    redact,
 )
 from ._http import LeanTransport, RawResponse, TransportError, json_headers
 from ._sdk import SDKModel
@@ -123,44 +124,56 @@ def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = 
 
 
 def _status_body(err: Any) -> str:
-    """The error response's body as text, truncated, for ModelHTTPError.body."""
+    """The error response's body as text, for ModelHTTPError.body."""
     try:
         text = str(err.response.text)
     except Exception:  # noqa: BLE001 - a streamed or unread body; fall back to the parsed one
         body = getattr(err, "body", None)
         text = json.dumps(body) if body is not None else str(err)
-    return text[:_MAX_BODY]
+    return text
 
 
-def http_error(status: int, body: str, headers: Mapping[str, str] | None, model: str) -> ModelHTTPError:
+def http_error(
+    status: int,
+    body: str,
+    headers: Mapping[str, str] | None,
+    model: str,
+    secrets: Iterable[str | None] = (),
+) -> ModelHTTPError:
     """The ModelHTTPError for an error status, whichever HTTP stack received it.
 
     Args:
         status: the HTTP status.
-        body: the response body as text (truncated here).
+        body: the response body as text (redacted, then truncated, here).
         headers: the response headers (``Retry-After``).
         model: the model spec, recorded on the error.
+        secrets: the configured key(s); they and any credential header a server echoes
+            become ``***`` (:func:`moot.errors.redact`) before the body is stored.
     """
-    return ModelHTTPError(status, body[:_MAX_BODY], model=model, retry_after=parse_retry_after(headers))
+    # Redacted before truncation: a key cut in two by the truncation would no longer match.
+    text = redact(body, secrets)[:_MAX_BODY]
+    return ModelHTTPError(status, text, model=model, retry_after=parse_retry_after(headers))
 
 
-def map_openai_error(err: Exception, model: str) -> ModelError:
+def map_openai_error(err: Exception, model: str, secrets: Iterable[str | None] = ()) -> ModelError:
     """Translate an exception from the ``openai`` SDK into moot's error tree.
 
     Args:
         err: the SDK exception.
         model: the model spec, recorded on the error.
+        secrets: the configured key(s), removed from every text the error carries.
     """
     import openai
 
     if isinstance(err, openai.APIStatusError):
-        return http_error(err.status_code, _status_body(err), getattr(err.response, "headers", None), model)
+        headers = getattr(err.response, "headers", None)
+        return http_error(err.status_code, _status_body(err), headers, model, secrets)
     if isinstance(err, openai.APIConnectionError):  # APITimeoutError is a subclass
-        return ModelConnectionError(f"{model}: {err}", model=model)
+        return ModelConnectionError(redact(f"{model}: {err}", secrets), model=model)
     if isinstance(err, json.JSONDecodeError | openai.APIResponseValidationError):
         # A 200 whose body was cut short or mangled (a proxy, a crashed worker): transient.
-        return ModelResponseError(f"{model}: unreadable response body: {err}", model=model)
-    return ModelError(f"{model}: {type(err).__name__}: {err}", model=model)
+        return ModelResponseError(redact(f"{model}: unreadable response body: {err}", secrets), model=model)
+    return ModelError(redact(f"{model}: {type(err).__name__}: {err}", secrets), model=model)
 
 
 class OpenAIModel(SDKModel):
@@ -317,12 +330,14 @@ class OpenAIModel(SDKModel):
         except TransportError as err:
             if err.timeout and not err.connect:
                 raise ModelTimeoutError(self.timeout, model=self.name) from err
-            raise ModelConnectionError(f"{self.name}: {err}", model=self.name) from err
+            message = redact(f"{self.name}: {err}", (self._api_key,))
+            raise ModelConnectionError(message, model=self.name) from err
 
     def _lean_response(self, raw: RawResponse) -> ModelResponse:
         """Decode a lean-transport response, reading only the fields moot uses."""
         if raw.status >= 400:
-            raise http_error(raw.status, raw.body.decode("utf-8", "replace"), raw.headers, self.name)
+            body = raw.body.decode("utf-8", "replace")
+            raise http_error(raw.status, body, raw.headers, self.name, (self._api_key,))
         try:
             data = orjson.loads(raw.body)
             choices = data["choices"]
@@ -338,7 +353,7 @@ class OpenAIModel(SDKModel):
             )
         except (orjson.JSONDecodeError, LookupError, TypeError, AttributeError) as err:
             # A 200 whose body was cut short or mangled (a proxy, a crashed worker): transient.
-            snippet = raw.body[:300].decode("utf-8", "replace")
+            snippet = redact(raw.body.decode("utf-8", "replace"), (self._api_key,))[:300]
             raise ModelResponseError(
                 f"{self.name}: unreadable response body: {snippet!r}", model=self.name
             ) from err
@@ -357,7 +372,7 @@ class OpenAIModel(SDKModel):
             # chat.completions.create, without its per-call parameter transform (module docstring).
             completion = await self._client().post("/chat/completions", body=body, cast_to=ChatCompletion)
         except Exception as err:  # noqa: BLE001 - every SDK failure becomes a ModelError
-            raise map_openai_error(err, self.name) from err
+            raise map_openai_error(err, self.name, (self._api_key,)) from err
         if not completion.choices:
             raise ModelResponseError(f"{self.name}: the server returned no choices", model=self.name)
         try:
