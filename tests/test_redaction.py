@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fault_server import Fate, FaultServer
-from moot import Debate, Event
+from moot import Debate, Event, models
 from moot.cli import main
 from moot.errors import redact
 from moot.models import base
@@ -67,9 +67,10 @@ def test_key_never_reaches_the_terminal_or_out_files(
     monkeypatch.setenv("OPENAI_BASE_URL", server.url)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     out = tmp_path / "events.jsonl"
-    main(["run", "Q?", "--model", "openai:m", "--out", str(out), "--no-store"])
-    main(["run", "Q?", "--model", "openai:m", "--json", "--no-store"])
+    main(["run", "Q?", "--model", "openai:redaction-test", "--out", str(out), "--no-store"])
+    main(["run", "Q?", "--model", "openai:redaction-test", "--json", "--no-store"])
     captured = capsys.readouterr()
+    models._CACHE.pop("openai:redaction-test", None)  # resolved specs are cached per process
     assert server.requests >= 2
     for text in (captured.out, captured.err, out.read_text()):
         assert KEY not in text and "SECRET" not in text

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fault_server import Fate, FaultServer, schema_reply
-from moot import Debate, FunctionModel, ModelRequest
+from moot import Debate, FunctionModel, ModelRequest, models
 from moot.cli import main
 from moot.deadline import DEFAULT_DEADLINE, local_estimate, planned_calls, run_deadline
 from moot.errors import ModelTimeoutError, UsageError
@@ -138,8 +138,9 @@ def test_cli_run_against_a_hung_server_returns_within_its_timeout(
     with FaultServer(lambda n, body, headers: Fate("hang")) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.url)
         started = time.perf_counter()
-        code = main(["run", "Q?", "--model", "openai:m", "--timeout", "1.5", "--json", "--no-store"])
+        code = main(["run", "Q?", "--model", "openai:hung-test", "--timeout", "1.5", "--json", "--no-store"])
         elapsed = time.perf_counter() - started
+    models._CACHE.pop("openai:hung-test", None)  # resolved specs are cached per process
     assert elapsed < 1.5 + 1.0
     result = json.loads(capsys.readouterr().out)
     assert result["fallback"].startswith("timeout")
