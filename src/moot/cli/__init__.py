@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Annotated
 
 import click
 import typer
 
+from .. import __version__
 from ..errors import MootError, UsageError
 from .run import register as _register_run
 
@@ -21,14 +23,31 @@ __all__ = ["app", "main"]
 app = typer.Typer(
     name="moot",
     help="Multi-agent LLM debate: personas argue, a judge, moderator or vote decides.",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
     no_args_is_help=True,
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"moot {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Multi-agent LLM debate: personas argue, a judge, moderator or vote decides."""
+
+
 _register_run(app)
 # Subcommands that live with their feature; each module exposes register(app).
-for _name in ("arbitrate", "absa", "bench", "runs", "view"):
+for _name in ("protocols", "arbitrate", "absa", "bench", "runs", "view"):
     try:
         _module = importlib.import_module(f"{__name__}.{_name}")
     except ModuleNotFoundError as _exc:  # pragma: no cover - only while a feature is absent

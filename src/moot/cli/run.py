@@ -1,4 +1,4 @@
-"""``moot run`` and ``moot protocols``."""
+"""``moot run``: one debate shown live, a batch with ``--input``, or its prompts with ``--dry-run``."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from rich.table import Table
 from ..engine import Debate
 from ..errors import UsageError
 from ..models import default_model_spec
-from ..protocol import presets, read_yaml_file
+from ..protocol import read_yaml_file
 from ..runs import RunStatus, open_store, recording
 from ..runs.recording import debate_config
 from ..transcript import DebateResult, Event, Turn
 from . import _exit
 from ._store_options import NoStoreOption, StoreOption
+from .dry_run import first_round_calls, format_calls
 from .run_batch import TopicItem, read_topics, run_batch
 
 __all__ = ["load_context", "parse_role_models", "register"]
@@ -261,6 +262,12 @@ def _batch(
     )
 
 
+def _players(debate: Debate, model: str | None, roles: dict[str, str]) -> dict[str, str]:
+    """Who plays each persona, as specs, without resolving (so without calling or loading) a model."""
+    default = model or default_model_spec()
+    return {key: roles.get(key) or p.model or default for key, p in debate.protocol.personas.items()}
+
+
 def _batch_clash(
     topic: str | None,
     input_file: Path | None,
@@ -269,6 +276,7 @@ def _batch_clash(
     as_json: bool,
     out: Path | None,
     from_run: str | None,
+    dry_run: bool = False,
 ) -> None:
     """Reject batch options given without the rest, or with single-debate ones.
 
@@ -282,7 +290,8 @@ def _batch_clash(
         problem = "--input needs --output RESULTS.jsonl (one result per line)"
     elif topic is not None:
         problem = "give either a TOPIC or --input, not both"
-    for flag, given in (("--json", as_json), ("--out", out is not None), ("--from", from_run is not None)):
+    single = (("--json", as_json), ("--out", out is not None), ("--from", from_run), ("--dry-run", dry_run))
+    for flag, given in single:
         if given and problem is None:
             problem = f"{flag} is for a single debate; a batch writes its results to --output"
     if problem is not None:
@@ -290,7 +299,7 @@ def _batch_clash(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``run`` and ``protocols`` to ``app``."""
+    """Add ``run`` to ``app``."""
 
     @app.command()
     def run(
@@ -339,13 +348,18 @@ def register(app: typer.Typer) -> None:
         concurrency: Annotated[
             int | None, typer.Option(min=1, max=1000, help="Batch: debates in flight at once [default: 1].")
         ] = None,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="Print the prompts round 1 would send; call no model.")
+        ] = False,
     ) -> int:
         """Run one debate and show it live (or print the result as JSON), or a batch with --input.
 
         Exit code: 0 complete, 1 fell back or had failed calls, 2 usage error.
         """
         if input_file is not None or output is not None or concurrency is not None:
-            _batch_clash(topic, input_file, output, as_json=as_json, out=out, from_run=from_run)
+            _batch_clash(
+                topic, input_file, output, as_json=as_json, out=out, from_run=from_run, dry_run=dry_run
+            )
             assert input_file is not None and output is not None
             roles = parse_role_models(role_model)
             overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
@@ -376,6 +390,13 @@ def register(app: typer.Typer) -> None:
         ctx = load_context(context) if context is not None else recorded.get("context")
         if initial_answer is None:
             initial_answer = recorded.get("initial_answer")
+        if dry_run:
+            typer.echo(
+                format_calls(
+                    first_round_calls(debate, topic, ctx, _players(debate, model, roles)), as_json=as_json
+                )
+            )
+            return 0
         cfg = debate_config(
             debate,
             topic,
@@ -423,9 +444,3 @@ def register(app: typer.Typer) -> None:
         if reason is not None:  # one line, also under --json (stderr), so a script's log says why
             Console(stderr=True).print(f"moot: {reason}", style="yellow", markup=False, soft_wrap=True)
         return _exit.for_debate(result)
-
-    @app.command("protocols")
-    def list_protocols() -> None:
-        """List the bundled protocol presets."""
-        for name, description in presets().items():
-            typer.echo(f"{name:22} {description}")

@@ -52,6 +52,7 @@ __all__ = [
     "call_model",
     "check_allow_model_requests",
     "default_model_spec",
+    "provider_names",
     "register_provider",
     "resolve_model",
     "run_with_model",
@@ -95,6 +96,11 @@ def run_with_model(spec: str | Model | None, fn: Callable[[Model], Awaitable[T]]
 def default_model_spec() -> str:
     """The spec used when none is given: ``$MOOT_MODEL`` if set, else ``local``."""
     return os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
+
+
+def provider_names() -> list[str]:
+    """The registered provider names (``local``, ``openai``, ``anthropic`` and any added)."""
+    return list(_PROVIDERS)
 
 
 def register_provider(name: str, factory: Callable[[str], Model]) -> None:
