@@ -36,6 +36,8 @@ class Fate:
     headers: dict[str, str] = field(default_factory=dict)
     finish_reason: str = "stop"
     drip_seconds: float = 1.0
+    delay: float = 0.0
+    """Seconds to wait before answering (a server's latency)."""
 
 
 def completion(content: str, finish_reason: str = "stop", model: str = "fake") -> dict[str, Any]:
@@ -157,6 +159,8 @@ class FaultServer:
 
     async def _answer(self, writer: asyncio.StreamWriter, fate: Fate) -> bool:
         """Send the fate's answer; False when the connection must close."""
+        if fate.delay:
+            await asyncio.sleep(fate.delay)
         if fate.kind == "drop":
             return False
         if fate.kind == "hang":

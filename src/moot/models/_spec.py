@@ -31,6 +31,8 @@ def split_provider(spec: str) -> tuple[str, str]:
 def spec_from_mapping(value: Mapping[str, Any]) -> str:
     """``{"spec": "openai:m", "base_url": "http://h/v1"}`` -> ``"openai:m?base_url=http%3A..."``.
 
+    A list value becomes a comma-separated one (``endpoints: [URL, URL]``, replicas).
+
     Raises:
         ValueError: no ``spec`` string, or a value that is not a scalar (pydantic turns
             this into a validation error naming the field).
@@ -40,6 +42,10 @@ def spec_from_mapping(value: Mapping[str, Any]) -> str:
         raise ValueError("a model mapping needs 'spec', e.g. {spec: 'openai:MODEL', base_url: ...}")
     options = {k: v for k, v in value.items() if k != "spec"}
     for key, option in options.items():
+        if isinstance(option, list):  # endpoints: [url, url] -> "url,url"
+            if not option or not all(isinstance(o, str | int | float) for o in option):
+                raise ValueError(f"model option {key!r} must be a non-empty list of strings or numbers")
+            options[key] = option = ",".join(str(o) for o in option)
         if not isinstance(option, str | int | float) or isinstance(option, bool):
             raise ValueError(f"model option {key!r} must be a string or a number")
     if not options:

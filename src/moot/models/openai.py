@@ -63,6 +63,7 @@ from ..errors import (
 from ._http import LeanTransport, RawResponse, TransportError, json_headers
 from ._sdk import SDKModel
 from .base import ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
+from .replicas import ReplicaPool, split_endpoints
 from .structured_mode import ModeSelector, StructuredMode, response_format
 
 __all__ = [
@@ -188,7 +189,9 @@ class OpenAIModel(SDKModel):
 
     Args:
         model: the model name sent to the server.
-        base_url: endpoint; default ``$OPENAI_BASE_URL`` or OpenAI's.
+        base_url: endpoint; default ``$OPENAI_BASE_URL`` or OpenAI's. A comma-separated
+            list (or a list) names replicas of one model, routed by :mod:`moot.models.replicas`
+            (lean stack only).
         api_key: key; default ``$OPENAI_API_KEY``. Required only for OpenAI's
             own endpoint; other endpoints get a placeholder.
         structured_mode: ``json_schema``, ``json_object`` or ``prompt``; default
@@ -200,6 +203,7 @@ class OpenAIModel(SDKModel):
         max_concurrency: requests in flight at once through this instance.
         timeout: seconds one whole request may take; default ``$MOOT_REQUEST_TIMEOUT``, else 60
             (:data:`~moot.models.base.DEFAULT_REQUEST_TIMEOUT`).
+        max_per_endpoint: requests in flight at once per endpoint (None: no cap of its own).
 
     Raises:
         MissingDependencyError: the SDK path is asked for and the ``openai`` package
@@ -215,21 +219,24 @@ class OpenAIModel(SDKModel):
         self,
         model: str = DEFAULT_OPENAI_MODEL,
         *,
-        base_url: str | None = None,
+        base_url: str | list[str] | None = None,
         api_key: str | None = None,
         structured_mode: StructuredMode | None = None,
         http_client: Any = None,
         http: HttpBackend | None = None,
         max_concurrency: int = 16,
         timeout: float | None = None,
+        max_per_endpoint: int | None = None,
     ) -> None:
         super().__init__(http_client=http_client, timeout=timeout, max_concurrency=max_concurrency)
         self.model = model or DEFAULT_OPENAI_MODEL
         self.name = f"openai:{self.model}"
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.endpoints = split_endpoints(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
+        """Every endpoint serving this model (replicas; :mod:`moot.models.replicas`)."""
+        self.base_url = self.endpoints[0]
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
-            if self.base_url == DEFAULT_BASE_URL:
+            if DEFAULT_BASE_URL in self.endpoints:
                 raise MissingCredentialsError("openai", "OPENAI_API_KEY")
             key = _PLACEHOLDER_KEY  # local servers ignore the key, but the SDK insists on one
         self._api_key = key
@@ -239,8 +246,11 @@ class OpenAIModel(SDKModel):
         """The endpoint's structured mode; lowered only on proof (:mod:`moot.models.structured_mode`)."""
         self.http: HttpBackend = _http_stack(http, http_client)
         """The HTTP stack of this instance; see the module docstring."""
+        if len(self.endpoints) > 1 and self.http != "lean":
+            raise UsageError(f"several endpoints need the lean HTTP stack, not http={self.http!r}")
         self._transport = LeanTransport(json_headers(key), timeout=self.timeout)
-        self._url = self.base_url + "/chat/completions"
+        self.pool = ReplicaPool(self.endpoints, "/chat/completions", max_per_replica=max_per_endpoint)
+        """Routes the lean stack's requests over :attr:`endpoints`."""
 
     def _own_http_client(self) -> Any:
         """The SDK's aiohttp-backed client for ``http="sdk-aiohttp"``, else the SDK's default."""
@@ -254,15 +264,23 @@ class OpenAIModel(SDKModel):
     def from_spec(cls, rest: str) -> OpenAIModel:
         """Build from the part of the spec after ``openai:``: ``MODEL`` and options.
 
-        Options: ``timeout`` (seconds per request), ``base_url``, ``api_key_env`` (the
+        Options: ``timeout`` (seconds per request), ``base_url`` (or ``endpoints``: a
+        comma-separated list of replicas), ``max_per_endpoint``, ``api_key_env`` (the
         variable holding the key) and ``structured_mode``, e.g.
-        ``openai:llama3?base_url=http://gpu-box:8000/v1&api_key_env=GPU_BOX_KEY``.
+        ``openai:llama3?base_url=http://gpu-box:8000/v1&api_key_env=GPU_BOX_KEY`` or
+        ``openai:llama3?endpoints=http://gpu-1:8000/v1,http://gpu-2:8000/v1&max_per_endpoint=32``.
 
         Raises:
             UsageError: an unknown option, a bad timeout or structured mode.
             MissingCredentialsError: ``api_key_env`` names an unset variable.
         """
-        name, options = split_spec_options(rest, ("timeout", "base_url", "api_key_env", "structured_mode"))
+        allowed = ("timeout", "base_url", "endpoints", "max_per_endpoint", "api_key_env", "structured_mode")
+        name, options = split_spec_options(rest, allowed)
+        if "base_url" in options and "endpoints" in options:
+            raise UsageError("give base_url or endpoints, not both")
+        cap = options.get("max_per_endpoint")
+        if cap is not None and not (cap.isdigit() and int(cap) > 0):
+            raise UsageError(f"max_per_endpoint must be a positive integer, got {cap!r}")
         api_key = None
         if "api_key_env" in options:
             api_key = os.environ.get(options["api_key_env"])
@@ -270,8 +288,9 @@ class OpenAIModel(SDKModel):
                 raise MissingCredentialsError("openai", options["api_key_env"])
         return cls(
             name or DEFAULT_OPENAI_MODEL,
-            base_url=options.get("base_url"),
+            base_url=options.get("base_url") or options.get("endpoints"),
             api_key=api_key,
+            max_per_endpoint=int(cap) if cap is not None else None,
             # The constructor checks the mode and names the choices.
             structured_mode=cast("StructuredMode | None", options.get("structured_mode")),
             timeout=float(options["timeout"]) if "timeout" in options else None,
@@ -326,7 +345,7 @@ class OpenAIModel(SDKModel):
     async def _post(self, body: dict[str, Any]) -> RawResponse:
         """POST one body over the lean transport; no response at all becomes a ModelConnectionError."""
         try:
-            return await self._transport.post(self._url, orjson.dumps(body))
+            return await self.pool.post(self._transport, orjson.dumps(body))
         except TransportError as err:
             if err.timeout and not err.connect:
                 raise ModelTimeoutError(self.timeout, model=self.name) from err
