@@ -14,7 +14,7 @@ LLAMA_VERSION := 0.3.36
 LLAMA_FLAGS   := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 LLAMA_WHEELS  := $(HOME)/.cache/moot/wheels/llama-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_FLAGS)' | md5sum | cut -c1-8)
 
-.PHONY: install demo test unit integration lint format bench clean browser
+.PHONY: install demo test unit integration lint format bench clean browser screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ browser:
 		{ apt-get install -y -q chromium >/dev/null 2>&1 || \
 		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
 		echo "chromium could not be installed: the browser tests of moot view will be skipped"
+
+# Retake the README's screenshots of moot view (docs/img/) with the browser tests.
+screenshots: $(STAMP) browser
+	MOOT_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/view/test_view_browser.py
 
 test: lint browser
 	$(BIN)/pytest -q

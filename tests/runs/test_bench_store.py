@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -62,6 +63,11 @@ def test_bench_units_land_in_the_store_and_resume_by_run_id(
     assert again.id == run.id and again.status == "complete" and again.error is None
     assert again.summary["units"] == 8 and set(again.summary["accuracy"]) == {"single", "society:3:2"}
     assert again.score == max(again.summary["accuracy"].values())
+    if importlib.util.find_spec("pandas") is not None:  # the pandas extra
+        from moot.runs import units_frame
+
+        frame = units_frame(store, run.id)
+        assert len(frame) == 8 and set(frame["method"]) == {"single", "society:3:2"}
     units = load_result(store, run.id)
     assert sorted((u.item_id, u.method) for u in units) == sorted(
         (r.item_id, r.method) for r in json_lines(out / "results.jsonl")

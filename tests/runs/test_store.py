@@ -241,3 +241,17 @@ def test_debate_result_from_events_matches_when_result_is_missing(tmp_path: Path
     turns = [t for _, t in run_turns(store, record)]
     assert turns == result.turns(include_judge=True)
     assert isinstance(result, DebateResult)
+
+
+def test_data_frames_of_runs_turns_and_units(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas", reason="data frames need the pandas extra")
+    from moot.runs import runs_frame, turns_frame
+
+    store = RunStore(tmp_path / "runs.db")
+    with recording("run", title="Why?", store=store) as rec:
+        result = Debate("answer", model=_answer_model()).run_sync("Why?", on_event=rec.on_event)
+        rec.finish(result)
+    runs = runs_frame(store)
+    assert isinstance(runs, pd.DataFrame) and list(runs["title"]) == ["Why?"] and runs["calls"][0] == 5
+    turns = turns_frame(store, rec.run_id or "")
+    assert len(turns) == 5 and set(turns["phase"]) == {"turn", "judge"} and turns["ok"].all()

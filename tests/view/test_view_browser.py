@@ -1,0 +1,208 @@
+"""``moot view`` in a real browser: Playwright driving Debian's headless Chromium against a live server.
+
+Playwright's own browser download cannot work offline, so the tests launch the
+system's ``chromium`` (``make test`` installs it with apt when it runs as root).
+Without the package or the browser they are skipped with the reason; never silently.
+
+Screenshots go to a temporary folder, or to ``docs/img/`` with
+``MOOT_UPDATE_SCREENSHOTS=1`` (``make screenshots``): the README shows those.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="moot view needs the view extra (fastapi, uvicorn, jinja2)")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="the playwright package is not installed (pip install 'moot[dev]')"
+)
+import uvicorn  # noqa: E402
+
+from moot.runs import RunStore, recording  # noqa: E402
+from moot.transcript import Event, Turn  # noqa: E402
+from moot.view import create_app  # noqa: E402
+from runs.filled import XSS, fill  # noqa: E402
+
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _chromium() -> str:
+    for candidate in (os.environ.get("MOOT_CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    pytest.skip(
+        "no chromium executable (apt-get install chromium, or set MOOT_CHROMIUM): browser tests skipped"
+    )
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    # Function scope: Playwright's sync API holds an event loop in this thread while it runs, and
+    # the CLI runs that fill a store need the thread (asyncio.run, signal handlers) before it starts.
+    executable = _chromium()
+    with sync_api.sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        except Exception as exc:  # a broken or incompatible browser: say so and skip
+            pytest.skip(f"chromium at {executable} would not start under Playwright: {exc}")
+        yield b
+        b.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Path], str]]:
+    """``serve(store) -> base URL``: a real uvicorn server in a thread, stopped after the test."""
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(store: Path) -> str:
+        port = _free_port()
+        config = uvicorn.Config(create_app(store), host="127.0.0.1", port=port, log_level="warning")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.time() + 20
+        while not server.started:
+            assert time.time() < deadline, "the viewer did not start"
+            time.sleep(0.05)
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    if os.environ.get("MOOT_UPDATE_SCREENSHOTS") == "1":
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        return DOCS_IMG
+    return tmp_path
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    pg = context.new_page()
+    dialogs: list[str] = []
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+    pg.dialogs = dialogs
+    yield pg
+    context.close()
+
+
+def _shot(pg: Any, folder: Path, name: str) -> None:
+    path = folder / name
+    pg.screenshot(path=str(path), full_page=False)
+    assert path.stat().st_size > 10_000
+
+
+@pytest.fixture
+def ids(
+    tmp_path: Path, fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> dict[str, str]:
+    out = fill(fake_provider, tmp_path)
+    capsys.readouterr()
+    return out
+
+
+def test_browse_list_debate_bench_item_and_absa(
+    ids: dict[str, str], page: Any, serve: Callable[[Path], str], shots: Path
+) -> None:
+    base = serve(Path(os.environ["MOOT_STORE"]))
+
+    # The run list: every run, then filtered to the bench runs.
+    page.goto(base + "/")
+    assert page.locator("table#runs tbody tr").count() == len(ids)
+    _shot(page, shots, "view-runs.png")
+    page.select_option("select[name=kind]", "bench")
+    page.click("button[type=submit]")
+    page.wait_for_url("**kind=bench**")
+    assert page.locator("table#runs tbody tr").count() == 2
+
+    # A debate: lanes per speaker, rounds, the verdict; a <script> reply is text and never runs.
+    page.goto(base + "/")
+    page.click("text=Should we write tests first?")
+    page.wait_for_selector(".timeline")
+    assert page.locator(".lane-head").count() == 2 and page.locator(".round").count() == 2
+    assert page.locator(".verdict .turn").inner_text().count("Tests first, then the fix.") == 1
+    critic = page.locator('.turn[data-speaker="critical"][data-round="1"]')
+    assert XSS in critic.inner_text()
+    assert page.dialogs == []  # alert('x') never fired
+    _shot(page, shots, "view-debate.png")
+
+    # A fallback: the reason on top and the failed turn's raw text.
+    page.goto(f"{base}/runs/{ids['fallback']}")
+    assert "Fell back:" in page.locator(".banner.fallback").first.inner_text()
+    assert "this is not JSON at all" in page.locator(".turn.failed pre.raw").first.inner_text()
+
+    # A bench report, then one item down to every method's transcript.
+    page.goto(f"{base}/runs/{ids['bench_a']}")
+    page.wait_for_selector("table.report")
+    assert page.locator("table.report tbody tr").count() >= 2
+    assert "Paired tests (McNemar)" in page.content()
+    _shot(page, shots, "view-bench.png")
+    page.locator("a.item-link").first.click()
+    page.wait_for_selector("section.transcript")
+    methods = page.locator("section.transcript").evaluate_all("els => els.map(e => e.dataset.method)")
+    assert methods == ["single", "society:3:2"]
+    assert (
+        page.locator("section.transcript article.agent").count() == 1 + 3 * 2
+    )  # single; 3 agents x 2 rounds
+    _shot(page, shots, "view-bench-item.png")
+
+    # An ABSA run: the aspect span highlighted, stage by stage, the moderator's rules.
+    page.goto(f"{base}/runs/{ids['absa']}")
+    mark = page.locator("p.sentence mark.aspect").first
+    assert mark.inner_text() == "battery life"
+    assert "Stage 1" in page.locator("table.aspects").inner_text()
+    assert page.locator("code.rule").count() >= 1
+    _shot(page, shots, "view-absa.png")
+
+
+def test_live_run_updates_in_the_page_and_delete_is_confirmed(
+    page: Any, serve: Callable[[Path], str], tmp_path: Path
+) -> None:
+    path = tmp_path / "live.db"
+    store = RunStore(path)
+    with recording("run", title="A debate in progress", model="test:live", store=store) as rec:
+        base = serve(path)
+        page.goto(f"{base}/runs/{rec.run_id}")
+        assert page.locator("#run-status").inner_text() == "running"
+        turn = Turn(
+            speaker="affirmative", round=1, stance="pro", content={"message": "First live turn arrives"}
+        )
+        rec.on_event(Event(kind="debate_started", message="A debate in progress"))
+        rec.on_event(Event(kind="turn_completed", round=1, speaker="affirmative", turn=turn))
+        page.wait_for_selector("text=First live turn arrives", timeout=15_000)  # pushed by the event stream
+    page.wait_for_function("document.getElementById('run-status').textContent === 'complete'", timeout=15_000)
+
+    page.click("#delete-run")
+    page.wait_for_url(base + "/", timeout=15_000)
+    assert page.dialogs and "cannot be undone" in page.dialogs[0]
+    assert store.list() == []
