@@ -230,3 +230,27 @@ def test_absa_bench_scores_labels_with_the_tasks_parser(tmp_path: Path) -> None:
     assert 0 < negatives < 12
     assert (by["single"].correct, by["single"].parse_failures) == (negatives, 0)
     assert by["vote:3"].correct == by["society:3:2"].correct == 12
+
+
+def test_rescore_parses_stored_replies_again_like_a_live_run(tmp_path: Path) -> None:
+    from moot.bench.methods import rescore
+    from moot.bench.tasks import make_task
+
+    run = _run(tmp_path, ["single", "society:3:2"], oracle(lambda i, a, r: "right" if a else "junk"), n=3)
+    task = make_task("arithmetic")
+    items = {i.id: i for i in task.items(3, 0)}
+    for record in run.records:
+        # What an older parser might have stored: every answer lost.
+        stale = record.model_copy(
+            update={
+                "final": None,
+                "correct": False,
+                "rounds": [[a.model_copy(update={"answer": None}) for a in rnd] for rnd in record.rounds],
+            }
+        )
+        assert rescore(stale, items[record.item_id], task) == record
+    preset = run.records[0].model_copy(
+        update={"rounds": [[run.records[0].rounds[0][0].model_copy(update={"agent": "proponent"})]]}
+    )
+    with pytest.raises(UsageError, match="cannot be rescored"):
+        rescore(preset, items[preset.item_id], task)

@@ -202,6 +202,18 @@ _ASPECT_TARGETED = [
         "위치",
         "positive",
     ),
+    (  # embedded model: "does not express a negative or neutral" denies both
+        'The review sentence expresses a positive sentiment towards the aspect "Delivery" as it does not '
+        'express a negative or neutral sentiment towards the aspect "Delivery".',
+        "Delivery",
+        "positive",
+    ),
+    (  # embedded model: a label in brackets after a quoted word of the sentence is about that word
+        'The given review sentence expresses a positive sentiment toward the aspect "충전 속도" (positive '
+        'sentiment). It also acknowledges the drawbacks, mentioning the "빠르지만" (negative sentiment).',
+        "충전 속도",
+        "positive",
+    ),
     (  # embedded model: "neither positive nor negative" denies both, the neutral statement stands
         "The review sentence expresses a neutral sentiment, indicating that the reviewer is neither positive "
         'nor negative towards the aspect "salad."',

@@ -41,7 +41,16 @@ from .records import AgentAnswer, ItemRecord
 from .stats import majority, unanimous
 from .tasks import Item, Task
 
-__all__ = ["MethodContext", "MethodSpec", "call_seed", "matched_vote", "parse_method", "run_method"]
+__all__ = [
+    "MethodContext",
+    "MethodSpec",
+    "call_seed",
+    "matched_vote",
+    "parse_method",
+    "rescore",
+    "run_method",
+    "score_reply",
+]
 
 MethodKind = Literal["single", "vote", "society", "preset"]
 _SOCIETY_OPTIONS = ("early_stop", "debate_if_disagree")
@@ -147,6 +156,21 @@ def call_seed(seed: int, item_id: str, agent: int, round_: int) -> int:
     return zlib.crc32(f"{seed}:{item_id}:{agent}:{round_}".encode()) & 0x7FFFFFFF
 
 
+def score_reply(task: Task, item: Item, agent: str, text: str, finish: str | None = None) -> AgentAnswer:
+    """Parse and score one reply (a reply cut at the token cap is parsed as truncated)."""
+    parsed = task.parse(text, item, truncated=finish == "length")
+    return AgentAnswer(
+        agent=agent,
+        answer=parsed.value,
+        correct=task.is_correct(parsed.value, item),
+        rule=parsed.rule,
+        in_format=parsed.rule == task.format_rule,
+        lenient=parsed.value if parsed.value is not None else task.lenient(text, item),
+        text=text,
+        finish=finish,
+    )
+
+
 @dataclass
 class MethodContext:
     """What every method call needs.
@@ -188,18 +212,8 @@ class MethodContext:
         return await call_model(self.model, request, self.policy)
 
     def score(self, item: Item, agent: str, text: str, finish: str | None = None) -> AgentAnswer:
-        """Parse and score one reply (a reply cut at the token cap is parsed as truncated)."""
-        parsed = self.task.parse(text, item, truncated=finish == "length")
-        return AgentAnswer(
-            agent=agent,
-            answer=parsed.value,
-            correct=self.task.is_correct(parsed.value, item),
-            rule=parsed.rule,
-            in_format=parsed.rule == self.task.format_rule,
-            lenient=parsed.value if parsed.value is not None else self.task.lenient(text, item),
-            text=text,
-            finish=finish,
-        )
+        """Parse and score one reply (see :func:`score_reply`)."""
+        return score_reply(self.task, item, agent, text, finish)
 
     def debate(self, preset: str) -> Any:
         """The engine's ``Debate`` for a preset, built once per context."""
@@ -333,6 +347,35 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
         started,
         stopped_early=result.stopped_early,
         note=note,
+    )
+
+
+def rescore(record: ItemRecord, item: Item, task: Task) -> ItemRecord:
+    """``record`` with every stored reply parsed again by ``task``'s current parser.
+
+    The replies, their finish reasons, calls and tokens are kept; answers, the final
+    (plurality of the last round) and its lenient reading are recomputed, as a live run
+    would have. Only plain methods can be rescored: a preset's final answer text is not
+    stored.
+
+    Raises:
+        UsageError: ``record`` is a preset's.
+    """
+    if record.rounds and record.rounds[0] and not record.rounds[0][0].agent.startswith("agent"):
+        raise UsageError(
+            f"{record.method}: a preset's records cannot be rescored (its final text is not stored)"
+        )
+    rounds = [[score_reply(task, item, a.agent, a.text, a.finish) for a in rnd] for rnd in record.rounds]
+    final = majority([a.answer for a in rounds[-1]]) if rounds else None
+    lenient = majority([a.lenient for a in rounds[-1]]) if rounds else None
+    return record.model_copy(
+        update={
+            "rounds": rounds,
+            "final": final,
+            "correct": task.is_correct(final, item),
+            "parse_failed": final is None,
+            "lenient": lenient,
+        }
     )
 
 

@@ -293,7 +293,12 @@ _TARGET_COLON_RE = re.compile(rf"(?i)[\"“'‘]([^\"”'’\n]{{1,60}})[\"”'�
 _LIST_LINE_RE = re.compile(
     rf"(?im)^[\s*#>•\-\d.)]*([^:\n*]{{1,40}}?)[*\s]*[:\-–=]\s*[(*]*\s*{_LABEL_WORDS}\b"
 )
-_NEGATION_RE = re.compile(r"(?i)(?:\b(?:not|no|never|without|neither|nor)|n't)\s+(?:\w+\s+)?$")
+# "not a positive", "does not express a positive or negative": up to four words of reach.
+_NEGATION_RE = re.compile(r"(?i)(?:\b(?:not|no|never|without|neither|nor)|n't)\s+(?:\w+\s+){0,4}$")
+# '"빠르지만" (negative sentiment)': a label in brackets right after a quoted target.
+_QUOTE_PAREN_RE = re.compile(
+    rf"(?i)[\"“'‘]([^\"”'’\n]{{1,60}})[\"”'’]\s*\(\s*{_LABEL_WORDS}(?:\s+{_NOUNS})?\s*\)"
+)
 _QUOTED_RE = re.compile(r"[\"“'‘«「]([^\"”'’»」\n]{1,60})[\"”'’»」]")
 _STOP_WORDS = frozenset(
     "and but or is was which while because as since whereas however in with that it its this".split()
@@ -350,7 +355,7 @@ def _label_statements(text: str, aspect: str) -> list[_Statement]:
             found[start] = _Statement(label_match.group(group).lower(), negated, start, target)
 
     for m in _LABEL_FIRST_RE.finditer(text):
-        negated = _NEGATION_RE.search(text[max(0, m.start() - 20) : m.start()]) is not None
+        negated = _NEGATION_RE.search(text[max(0, m.start() - 40) : m.start()]) is not None
         add(m, 1, negated, _target_at(text, m.end(), aspect)[0])
     for m in _TARGET_FIRST_RE.finditer(text):
         target, end = _target_at(text, m.end(), aspect)
@@ -359,10 +364,12 @@ def _label_statements(text: str, aspect: str) -> list[_Statement]:
             add(after, 2, after.group(1) is not None, target)
     for m in _TARGET_COLON_RE.finditer(text):
         add(m, 2, False, m.group(1))
+    for m in _QUOTE_PAREN_RE.finditer(text):
+        add(m, 2, False, m.group(1))
     for m in _LIST_LINE_RE.finditer(text):
         add(m, 2, False, m.group(1))
     for m in _LABEL_BEFORE_RE.finditer(text):
-        negated = _NEGATION_RE.search(text[max(0, m.start() - 20) : m.start()]) is not None
+        negated = _NEGATION_RE.search(text[max(0, m.start() - 40) : m.start()]) is not None
         add(m, 1, negated, None)
     for m in _LABEL_AFTER_RE.finditer(text):
         add(m, 2, m.group(1) is not None, None)
