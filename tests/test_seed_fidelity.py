@@ -242,3 +242,13 @@ def test_click_is_a_declared_dependency() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     deps = [d.split(">")[0].split("=")[0].strip() for d in pyproject["project"]["dependencies"]]
     assert "click" in deps  # moot.cli imports it directly
+
+
+def test_absa_closed_sets_are_enums() -> None:
+    from moot.absa.schemas import RebuttalPoint
+
+    point = RebuttalPoint(speaker="critic", stance="con", polarity_hint="negative", fail_reason="no_match")
+    assert (point.polarity_hint, point.fail_reason) == ("negative", "no_match")
+    for bad in ({"polarity_hint": "great"}, {"fail_reason": "bogus"}):
+        with pytest.raises(ValidationError):
+            RebuttalPoint.model_validate({"speaker": "critic", "stance": "con", **bad})

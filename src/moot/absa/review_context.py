@@ -30,10 +30,10 @@ import unicodedata
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, get_args
 
 from ..transcript import DebateResult, Turn
-from .schemas import RebuttalPoint, ReviewContext, Stage1Result
+from .schemas import FailReason, HintPolarity, RebuttalPoint, ReviewContext, Stage1Result
 
 __all__ = [
     "FAIL_REASONS",
@@ -46,7 +46,7 @@ __all__ = [
     "stance_weight",
 ]
 
-FAIL_REASONS = ("no_aspects", "no_match", "neutral_stance", "fallback_used")
+FAIL_REASONS: tuple[FailReason, ...] = get_args(FailReason)
 """The mapping fail reasons counted in ``mapping_fail_reasons``."""
 
 REVIEW_GUIDANCE = (
@@ -103,10 +103,10 @@ def stance_weight(stance: str | None) -> float:
     return 0.8
 
 
-def stance_to_polarity(stance: str | None) -> str:
+def stance_to_polarity(stance: str | None) -> HintPolarity:
     """Seed 001 ``_stance_to_polarity``: pro -> positive, con -> negative, anything else -> neutral."""
     s = (stance or "").strip().lower()
-    return {"pro": "positive", "con": "negative"}.get(s, "neutral")
+    return "positive" if s == "pro" else "negative" if s == "con" else "neutral"
 
 
 def match_aspects(text: str, aspect_terms: list[str]) -> list[str]:

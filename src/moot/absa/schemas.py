@@ -38,6 +38,8 @@ __all__ = [
     "Correction",
     "CorrectionProposal",
     "FinalResult",
+    "FailReason",
+    "HintPolarity",
     "IssueType",
     "ModeratorInputs",
     "ModeratorOutput",
@@ -57,6 +59,10 @@ __all__ = [
 
 Polarity = Literal["positive", "negative", "neutral", "mixed"]
 """Sentence or aspect polarity."""
+FailReason = Literal["no_aspects", "no_match", "neutral_stance", "fallback_used"]
+"""Why a debate turn mapped to no aspect directly (seed 001's mapping fail reasons)."""
+HintPolarity = Literal["positive", "negative", "neutral"]
+"""The polarity a turn's stance hints at (pro -> positive, con -> negative, else neutral)."""
 IssueType = Literal["negation", "irony", "sarcasm", "contrast", "hedge", "comparison", "implicit", "other"]
 """Kinds of validator issue; negation, irony and contrast are the critical ones for Rule C."""
 Severity = Literal["low", "medium", "high"]
@@ -342,10 +348,10 @@ class RebuttalPoint(_State):
     message: str = ""
     aspect_refs: list[str] = Field(default_factory=list)
     weight: float = 0.8
-    polarity_hint: str = "neutral"
+    polarity_hint: HintPolarity = "neutral"
     provenance_hint: Literal["direct", "fallback", "none"] = "none"
     """How ``aspect_refs`` were found."""
-    fail_reason: str | None = None
+    fail_reason: FailReason | None = None
     """no_aspects, no_match, neutral_stance, fallback_used or None (direct)."""
 
 
