@@ -24,6 +24,14 @@ with ``metadata = {"speaker": "agentI", "round": r, "method": NAME, "item": ID,
 the same for every method: ``single``, agent 0 of ``vote:K`` and agent 0 of
 a society's round 0 get the same seed (common random numbers, which make the
 paired comparisons sharper on backends that honour seeds).
+
+On a model that samples several completions per request (``supports_n``: the
+``openai:`` backend against OpenAI or vLLM), the K samples of ``vote:K`` and the
+N answers of a society's round 0, which all answer the same prompt, are one
+request with ``n=K`` made as agent 0: the server reads the prompt once and
+batches the samples. The record then counts the requests really sent (``calls``
+1 for that round), with the tokens the server reported (see
+:mod:`moot.models.sampling` for servers without ``n``).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConfigError, RunError, UsageError
+from ..errors import ConfigError, ModelResponseError, RunError, UsageError
 from ..models.base import Message, Model, ModelRequest, ModelResponse, Usage
 from ..models.retry import RetryPolicy, call_model
 from .records import AgentAnswer, ItemRecord
@@ -193,14 +201,19 @@ class MethodContext:
     _debates: dict[str, Any] = field(default_factory=dict)
 
     async def ask(
-        self, item: Item, method: str, agent: int, round_: int, messages: list[Message]
+        self, item: Item, method: str, agent: int, round_: int, messages: list[Message], n: int = 1
     ) -> ModelResponse:
-        """One plain call through :func:`call_model` with bench metadata and a derived seed."""
+        """One plain call through :func:`call_model` with bench metadata and a derived seed.
+
+        With ``n > 1`` (a model whose ``supports_n`` is True) the call asks for ``n``
+        completions of the same prompt; ``agent`` is then the first of them.
+        """
         request = ModelRequest(
             messages=messages,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             seed=call_seed(self.seed, item.id, agent, round_),
+            n=n,
             metadata={
                 "speaker": f"agent{agent}",
                 "round": round_,
@@ -265,6 +278,19 @@ async def _gather(calls: list[Any]) -> list[ModelResponse]:
     return [t.result() for t in tasks]
 
 
+def _split(reply: ModelResponse, n: int) -> list[ModelResponse]:
+    """One reply per sample of an ``n > 1`` call; the call's usage stays on the first."""
+    if len(reply.samples) != n:
+        raise ModelResponseError(f"asked for {n} samples, got {len(reply.samples)}", model=reply.model)
+    first = reply.usage
+    return [
+        ModelResponse(
+            text=s.text, finish_reason=s.finish_reason, model=reply.model, usage=Usage() if i else first
+        )
+        for i, s in enumerate(reply.samples)
+    ]
+
+
 async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord:
     """single, vote:K and society:N:T."""
     started = time.perf_counter()
@@ -280,7 +306,11 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
                 peers = [texts[j] for j in range(n) if j != i]
                 histories[i].append(Message(role="assistant", content=texts[i]))
                 histories[i].append(Message(role="user", content=ctx.task.debate_prompt(item, peers)))
-        replies = await _gather([ctx.ask(item, spec.name, i, r, histories[i]) for i in range(n)])
+        if r == 0 and n > 1 and getattr(ctx.model, "supports_n", False):
+            # Round 0 is n samples of one prompt: one request with n, read once by the server.
+            replies = _split(await ctx.ask(item, spec.name, 0, 0, histories[0], n=n), n)
+        else:
+            replies = await _gather([ctx.ask(item, spec.name, i, r, histories[i]) for i in range(n)])
         for reply in replies:
             usage = usage + reply.usage
         texts = [reply.text for reply in replies]

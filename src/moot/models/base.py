@@ -22,6 +22,7 @@ __all__ = [
     "Model",
     "ModelRequest",
     "ModelResponse",
+    "Sample",
     "Usage",
     "DEFAULT_REQUEST_TIMEOUT",
     "check_allow_model_requests",
@@ -191,8 +192,20 @@ class ModelRequest(BaseModel):
     """Sampling temperature; None keeps the backend's default."""
     seed: int | None = None
     """Sampling seed, where the backend supports one."""
+    n: int = Field(1, ge=1)
+    """Completions wanted from this one call (sampling K answers to one prompt, as a vote does).
+    Send ``n > 1`` only to a model whose ``supports_n`` is True; the reply's ``samples`` hold them."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Who is asking: ``speaker``, ``round``, ``phase``, ``attempt``. Test doubles route on it."""
+
+
+class Sample(BaseModel):
+    """One of the completions of an ``n > 1`` request."""
+
+    text: str
+    """The generated text."""
+    finish_reason: str | None = None
+    """``stop``, ``length`` or backend specific."""
 
 
 class ModelResponse(BaseModel):
@@ -206,6 +219,10 @@ class ModelResponse(BaseModel):
     """The model that answered."""
     finish_reason: str | None = None
     """``stop``, ``length`` (cut at max_tokens) or backend specific."""
+    samples: list[Sample] = Field(default_factory=list)
+    """Every completion of an ``n > 1`` request, ``samples[0]`` being ``text``; empty when n is 1.
+    ``usage`` covers them all (``calls`` counts the HTTP requests it took, one where the server
+    samples n at once)."""
 
 
 class Model(ABC):
@@ -216,13 +233,16 @@ class Model(ABC):
     instance, shared by every debate in the process; ``request_timeout``: seconds
     that bound one whole request (None: unbounded); and ``tokens_per_second``: the
     expected generation speed, which sizes default deadlines (None: a remote
-    service, fast enough for the protocols' own deadlines).
+    service, fast enough for the protocols' own deadlines). ``supports_n``: the
+    model answers a request with ``n > 1`` with that many ``samples`` (one prompt,
+    K completions: a vote's samples in one call).
     """
 
     name: str = "model"
     max_concurrency: int = 16
     request_timeout: float | None = None
     tokens_per_second: float | None = None
+    supports_n: bool = False
 
     def __init__(self) -> None:
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (

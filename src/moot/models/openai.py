@@ -62,8 +62,16 @@ from ..errors import (
 )
 from ._http import LeanTransport, RawResponse, TransportError, json_headers
 from ._sdk import SDKModel
-from .base import ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
+from .base import (
+    ModelRequest,
+    ModelResponse,
+    Sample,
+    Usage,
+    check_allow_model_requests,
+    split_spec_options,
+)
 from .replicas import ReplicaPool, split_endpoints
+from .sampling import NSampler
 from .structured_mode import ModeSelector, StructuredMode, response_format
 
 __all__ = [
@@ -214,6 +222,7 @@ class OpenAIModel(SDKModel):
     """
 
     sdk_client = ("openai", "AsyncOpenAI")
+    supports_n = True
 
     def __init__(
         self,
@@ -244,6 +253,8 @@ class OpenAIModel(SDKModel):
             structured_mode or os.environ.get("MOOT_OPENAI_STRUCTURED_MODE") or None, self.name
         )
         """The endpoint's structured mode; lowered only on proof (:mod:`moot.models.structured_mode`)."""
+        self.sampler = NSampler(self.name)
+        """Sends ``n > 1`` requests; knows whether the server samples n at once (:mod:`.sampling`)."""
         self.http: HttpBackend = _http_stack(http, http_client)
         """The HTTP stack of this instance; see the module docstring."""
         if len(self.endpoints) > 1 and self.http != "lean":
@@ -306,6 +317,8 @@ class OpenAIModel(SDKModel):
             ModelError: anything else the SDK raised, or an empty answer.
         """
         check_allow_model_requests()
+        if request.n > 1:
+            return await self.sampler.sample(request, lambda r: self.modes.send(r, self._send))
         return await self.modes.send(request, self._send)
 
     @property
@@ -330,6 +343,8 @@ class OpenAIModel(SDKModel):
             body["temperature"] = request.temperature
         if request.seed is not None:
             body["seed"] = request.seed
+        if request.n > 1:
+            body["n"] = request.n
         if request.json_schema is not None and mode is not None:
             fmt = response_format(mode, request.json_schema, request.schema_name)
             if fmt is not None:
@@ -364,6 +379,8 @@ class OpenAIModel(SDKModel):
                 raise ModelResponseError(f"{self.name}: the server returned no choices", model=self.name)
             choice = choices[0]
             text = choice["message"].get("content") or ""
+            # Every choice of an n > 1 request (a vote's samples); one choice needs no list.
+            samples = [_sample(c.get("message") or {}, c.get("finish_reason")) for c in choices[1:]]
             usage_data = data.get("usage") or {}
             usage = Usage(
                 calls=1,
@@ -381,6 +398,9 @@ class OpenAIModel(SDKModel):
             usage=usage,
             model=f"openai:{data.get('model') or self.model}",
             finish_reason=choice.get("finish_reason"),
+            samples=[Sample(text=text, finish_reason=choice.get("finish_reason")), *samples]
+            if samples
+            else [],
         )
 
     async def _send_sdk(self, body: dict[str, Any]) -> ModelResponse:
@@ -398,6 +418,10 @@ class OpenAIModel(SDKModel):
             # The SDK builds its response model without validation: a wrong shape shows up here.
             choice = completion.choices[0]
             text = choice.message.content or ""
+            samples = [
+                Sample(text=c.message.content or "", finish_reason=c.finish_reason)
+                for c in completion.choices
+            ]
             usage = Usage(calls=1)
             if completion.usage is not None:
                 usage = Usage(
@@ -413,12 +437,17 @@ class OpenAIModel(SDKModel):
             usage=usage,
             model=f"openai:{completion.model or self.model}",
             finish_reason=choice.finish_reason,
+            samples=samples if len(samples) > 1 else [],
         )
 
     async def aclose(self) -> None:
         """Close the running loop's connections (the SDK client's, the lean session's)."""
         await super().aclose()
         await self._transport.aclose()
+
+
+def _sample(message: Mapping[str, Any], finish_reason: str | None) -> Sample:
+    return Sample(text=message.get("content") or "", finish_reason=finish_reason)
 
 
 def _http_stack(http: str | None, http_client: Any) -> HttpBackend:
