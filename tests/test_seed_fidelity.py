@@ -115,7 +115,7 @@ def test_max_rounds_3_is_metadata_one_round_four_calls(
     res = DebateResult.model_validate_json(capsys.readouterr().out)
     assert len(res.rounds) == 1 and res.usage.calls == 4
     messages = [r.getMessage() for r in caplog.records if r.name == "moot"]
-    assert any("max_rounds has no effect" in m for m in messages)
+    assert f"{cfg}: pipeline.debate.max_rounds has no effect" in "\n".join(messages)  # names the file
     assert any("injection has no effect" in m for m in messages)
 
 

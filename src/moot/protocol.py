@@ -49,6 +49,7 @@ __all__ = [
     "MODE_PRESETS",
     "SEED_UNUSED_KEYS",
     "DebateBlock",
+    "FileMapping",
     "JudgeSpec",
     "Protocol",
     "load_debate_block",
@@ -272,8 +273,14 @@ def _read_yaml(text: str, source: str) -> dict[str, Any]:
     return data
 
 
+class FileMapping(dict[str, Any]):
+    """A mapping read from a file; ``source`` names the file in warnings about its keys."""
+
+    source: str = "overrides"
+
+
 def read_yaml_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping from ``path``.
+    """Read a YAML mapping from ``path`` (a :class:`FileMapping` that remembers the path).
 
     Raises:
         ConfigError: missing file, malformed YAML, or not a mapping.
@@ -281,7 +288,9 @@ def read_yaml_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    return _read_yaml(path.read_text(encoding="utf-8"), str(path))
+    out = FileMapping(_read_yaml(path.read_text(encoding="utf-8"), str(path)))
+    out.source = str(path)
+    return out
 
 
 MODE_PRESETS = {"persona": "panel", "patch": "patch"}
@@ -484,7 +493,8 @@ def load_protocol(
     if base is not None:
         data = _merge(load_protocol(str(base), _seen=_seen).model_dump(exclude_unset=False), data)
     if overrides:
-        data = _merge(data, _unwrap_seed_shape(overrides, "overrides", infer=False))
+        label = getattr(overrides, "source", "overrides")  # the file's path when read from one
+        data = _merge(data, _unwrap_seed_shape(overrides, label, infer=False))
     try:
         return Protocol.model_validate(data)
     except ValidationError as exc:
