@@ -42,8 +42,17 @@ def test_shell_completion_is_enabled(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_protocols_without_a_subcommand_lists_presets(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["protocols"]) == 0
-    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert names == preset_names()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines if not line.startswith(" ")] == preset_names()
+
+
+def test_protocol_list_wraps_at_the_terminal_width(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    assert main(["protocols"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) > len(preset_names()) and max(len(line) for line in lines) <= 60
 
 
 @pytest.mark.parametrize("name", preset_names())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,6 +40,10 @@ def render_prompt(name: str, output_type: type[BaseModel], **values: Any) -> str
     return text
 
 
+ProgressFn = Callable[[str, TraceStep | None], None]
+"""``on_progress(name, None)`` when a step starts, ``on_progress(name, step)`` when it has ended."""
+
+
 @dataclass
 class Recorder:
     """Collects the process trace, usage and failed calls of one pipeline run."""
@@ -47,6 +52,13 @@ class Recorder:
     trace: list[TraceStep] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     errors: dict[str, str] = field(default_factory=dict)
+    on_progress: ProgressFn | None = None
+    """Told as each step starts and ends (``moot absa`` shows it), so a long run is not silent."""
+
+    def begin(self, name: str) -> None:
+        """Say that step ``name`` starts."""
+        if self.on_progress is not None:
+            self.on_progress(name, None)
 
     def now_ms(self) -> float:
         """Milliseconds since the run started."""
@@ -56,16 +68,17 @@ class Recorder:
         self, name: str, started_ms: float, *, ok: bool = True, skipped: bool = False, detail: str = ""
     ) -> None:
         """Record a finished step that started at ``started_ms``."""
-        self.trace.append(
-            TraceStep(
-                name=name,
-                ok=ok,
-                skipped=skipped,
-                started_ms=round(started_ms, 3),
-                duration_ms=round(self.now_ms() - started_ms, 3),
-                detail=detail,
-            )
+        step = TraceStep(
+            name=name,
+            ok=ok,
+            skipped=skipped,
+            started_ms=round(started_ms, 3),
+            duration_ms=round(self.now_ms() - started_ms, 3),
+            detail=detail,
         )
+        self.trace.append(step)
+        if self.on_progress is not None:
+            self.on_progress(name, step)
 
     def skip(self, name: str, detail: str) -> None:
         """Record a step that did not run."""
@@ -86,6 +99,7 @@ class Recorder:
         Uses the config's ``max_tokens`` and ``temperature``. On failure it returns None and
         records the error both on the run and in ``errors`` (the calling stage's own result).
         """
+        self.begin(speaker)
         t0 = self.now_ms()
         outcome = await ask(
             model,

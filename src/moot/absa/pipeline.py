@@ -17,8 +17,8 @@ from typing import Any
 from ..errors import UsageError
 from ..models import resolve_model, run_with_model
 from ..models.base import Model
-from ..transcript import DebateResult
-from ._common import Recorder
+from ..transcript import DebateResult, Event
+from ._common import ProgressFn, Recorder
 from .config import AbsaConfig, load_config
 from .moderator import moderate
 from .review_context import build_review_context
@@ -31,12 +31,18 @@ __all__ = ["run_absa", "run_absa_batch", "run_absa_sync"]
 ConfigLike = AbsaConfig | str | Path | dict[str, Any] | None
 
 
-async def _debate(sentence: str, stage1: Stage1Result, model: Model, cfg: AbsaConfig) -> DebateResult:
+async def _debate(
+    sentence: str, stage1: Stage1Result, model: Model, cfg: AbsaConfig, rec: Recorder
+) -> DebateResult:
     # Imported here so the pure parts of moot.absa load without the engine.
     from ..engine import Debate
 
+    def on_event(event: Event) -> None:  # the debate is the long stage: say who speaks
+        if event.kind == "turn_started":
+            rec.begin(f"debate: {event.speaker} (round {event.round})")
+
     debate = Debate(cfg.protocol(), model=model)
-    return await debate.run(sentence, context=stage1.context())
+    return await debate.run(sentence, context=stage1.context(), on_event=on_event)
 
 
 def _moderator_inputs(
@@ -62,7 +68,11 @@ def _moderator_inputs(
 
 
 async def run_absa(
-    sentence: str, *, model: str | Model | None = None, config: ConfigLike = None
+    sentence: str,
+    *,
+    model: str | Model | None = None,
+    config: ConfigLike = None,
+    on_progress: ProgressFn | None = None,
 ) -> FinalResult:
     """Analyse one sentence.
 
@@ -70,6 +80,8 @@ async def run_absa(
         sentence: the sentence (any language; the shipped synonyms cover Korean and English).
         model: a ``provider:model`` spec, a Model, or None for the embedded ``local`` model.
         config: an :class:`AbsaConfig`, a shipped config name, a YAML path, a dict, or None (defaults).
+        on_progress: ``on_progress(step, None)`` as each step (and debate turn) starts and
+            ``on_progress(step, trace_step)`` as a step ends.
 
     Returns:
         The final result; failed calls are recorded in ``errors`` (never filled in).
@@ -81,14 +93,15 @@ async def run_absa(
         raise UsageError("the sentence is empty")
     cfg = load_config(config)
     mdl = resolve_model(model)
-    rec = Recorder()
+    rec = Recorder(on_progress=on_progress)
     stage1 = await run_stage1(sentence, mdl, cfg, rec)
 
     debate: DebateResult | None = None
     context: ReviewContext | None = None
     if cfg.debate_on:
+        rec.begin("debate")
         t0 = rec.now_ms()
-        debate = await _debate(sentence, stage1, mdl, cfg)
+        debate = await _debate(sentence, stage1, mdl, cfg, rec)
         rec.usage = rec.usage + debate.usage
         for turn in debate.turns(include_judge=True):
             if not turn.ok:

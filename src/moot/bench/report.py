@@ -410,6 +410,12 @@ def write_report(run: BenchRun, out: str | Path, *, plots: bool = True) -> Repor
     return report
 
 
+RICH_TABLE_DROP = ("s/item", "lenient", "tokens", "round-0", "n")
+"""Columns of :func:`rich_table` a narrow terminal may leave out, least important first.
+
+report.md keeps them all."""
+
+
 def rich_table(report: Report) -> Any:
     """The results as a ``rich.table.Table`` for the terminal."""
     from rich.table import Table

@@ -38,10 +38,12 @@ from ..absa import (
 from ..absa.config import AbsaConfig
 from ..absa.dataset import Dataset, read_dataset
 from ..absa.evaluate import EvalScores, prediction
+from ..absa.schemas import TraceStep
 from ..errors import UsageError
-from ..models import Model, Usage, run_with_model
+from ..models import Model, Usage, default_model_spec, run_with_model
 from ..runs import Recording, recording
 from . import _exit
+from ._console import make_console, print_table
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["read_inputs", "register"]
@@ -100,7 +102,7 @@ def _print_result(res: FinalResult, console: Console) -> None:
         for a in res.aspects:
             span = f"{a['start']}:{a['end']}" if a.get("start") is not None else ""
             table.add_row(str(a["aspect"]), str(a["polarity"]), f"{a['confidence']:.2f}", span)
-        console.print(table)
+        print_table(console, table, drop=("span", "confidence"))
     else:
         console.print("[dim]no aspects[/]")
     if mod is not None:
@@ -250,11 +252,38 @@ def _write_metrics(out: Path, data: str, dataset: Dataset, payload: dict[str, An
 
 
 def _print_scores(scores: dict[str, EvalScores], title: str, report: bool) -> None:
-    Console().print(format_table(scores, title=title))
+    print_table(make_console(), format_table(scores, title=title))
     if report:
         for name, s in scores.items():
             if s.metrics is not None:
                 typer.echo(f"\n== {name} ==\n{format_report(s.metrics)}")
+
+
+class _StageProgress:
+    """``moot absa`` on one sentence: the running step (a spinner on a terminal), a line as each ends.
+
+    Used as the pipeline's ``on_progress``; printed on stderr, so ``--json`` output stays clean.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.status = console.status("starting", spinner="dots")
+
+    def __enter__(self) -> _StageProgress:
+        self.status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.status.stop()
+
+    def __call__(self, name: str, step: TraceStep | None) -> None:
+        if step is None:
+            self.status.update(f"{name} …")
+            return
+        outcome = "skipped" if step.skipped else ("ok" if step.ok else "failed")
+        detail = f" · {step.detail[:100]}" if step.detail else ""
+        line = f"{name}: {outcome} · {step.duration_ms / 1000:.1f}s{detail}"
+        self.console.print(line, markup=False, style=None if step.ok else "red", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -295,30 +324,33 @@ def register(app: typer.Typer) -> None:
             with recording(
                 "absa",
                 title=sentence,
-                model=model or "local",
+                model=model or default_model_spec(),
                 config=recorded | {"sentence": sentence},
                 store=store,
                 enabled=not no_store,
             ) as rec:
-                res = run_with_model(model, lambda m: run_absa(sentence, model=m, config=cfg))
+                with _StageProgress(make_console(stderr=True)) as progress:
+                    res = run_with_model(
+                        model, lambda m: run_absa(sentence, model=m, config=cfg, on_progress=progress)
+                    )
                 rec.finish(res, status="fell_back" if res.failed else "complete")
             if as_json:
                 typer.echo(res.model_dump_json(indent=2))
             else:
-                _print_result(res, Console())
+                _print_result(res, make_console())
             return _exit.for_absa([res])
         if sentence is not None:
             raise UsageError("give either a SENTENCE or --input, not both")
         if output is None:
             raise UsageError("--input needs --output FILE.jsonl")
         items = read_inputs(input_file)
-        console = Console(stderr=True)
+        console = make_console(stderr=True)
         batch = {"batch": True, "input": str(input_file), "output": str(output), "concurrency": concurrency}
         with (
             recording(
                 "absa",
                 title=str(input_file),
-                model=model or "local",
+                model=model or default_model_spec(),
                 config=recorded | batch,
                 store=store,
                 enabled=not no_store,
@@ -381,7 +413,7 @@ def absa_eval_cmd(
     no_store: NoStoreOption = False,
 ) -> None:
     """Aspect-tuple P/R/F1 and sentence-label accuracy, ablations side by side."""
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     dataset = _eval_data(data, limit, exclude_conflict, console)
     items = dataset.items
     cfg = load_config(config)
@@ -401,7 +433,7 @@ def absa_eval_cmd(
             recording(
                 "absa-eval",
                 title=data,
-                model=model or "local",
+                model=model or default_model_spec(),
                 config=recorded,
                 store=store,
                 enabled=not no_store,
@@ -457,7 +489,7 @@ def absa_eval_cmd(
         typer.echo(json.dumps(payload, ensure_ascii=False, indent=2))
     else:
         title = f"ABSA evaluation · {Path(data).name} · {len(items)} sentences"
-        Console().print(format_table(scores, title=title))
+        print_table(make_console(), format_table(scores, title=title))
         if report:
             for name, s in scores.items():
                 if s.metrics is not None:

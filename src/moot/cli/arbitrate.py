@@ -14,6 +14,7 @@ from ..arbitration import DEFAULT_TIMEOUT, SOURCE_AUTHORITY, AgentReport, Arbitr
 from ..errors import UsageError
 from ..runs import recording
 from . import _exit
+from ._console import make_console, print_table
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["load_reports", "print_arbitration", "register"]
@@ -58,7 +59,7 @@ def print_arbitration(result: ArbitrationResult, out: Console) -> None:
             d.resolution if d else f"[red]failed[/] {rulings[c.id].error or ''}",
             f"{d.confidence:.2f}" if d else "-",
         )
-    out.print(table)
+    print_table(out, table, drop=("kind", "severity"))
     out.print(result.consensus_narrative or "(no contradictions: nothing to arbitrate)")
     u = result.usage
     out.print(
@@ -91,7 +92,7 @@ def register(app: typer.Typer) -> None:
         Exit code: 0 complete, 1 a contradiction has no ruling (failed call), 2 usage error.
         """
         parsed = load_reports(reports)
-        console = Console(stderr=True, quiet=as_json)
+        console = make_console(stderr=True, quiet=as_json)
 
         def progress(
             stage: str, status: str, data: dict[str, Any] | None = None, latency: float | None = None
@@ -127,6 +128,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(result.model_dump_json())
             return _exit.for_arbitration(result)
-        out = Console()
+        out = make_console()
         print_arbitration(result, out)
         return _exit.for_arbitration(result)

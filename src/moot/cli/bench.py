@@ -22,7 +22,7 @@ from rich.progress import (
 )
 
 from ..bench.records import ItemRecord
-from ..bench.report import REPORT_FILE, ensure_plotting, rich_table, write_report
+from ..bench.report import REPORT_FILE, RICH_TABLE_DROP, ensure_plotting, rich_table, write_report
 from ..bench.runner import RESULTS_FILE, RUN_FILE, BenchConfig, BenchRun, RunObserver, load_records, run_bench
 from ..bench.tasks import make_task
 from ..errors import UsageError
@@ -30,6 +30,7 @@ from ..models import run_with_model
 from ..runs import open_store, recording
 from . import _exit
 from ._bench_store import RECORDED_OPTIONS, RecordingObserver, find_resume, finish_bench, merge_resume
+from ._console import make_console, print_table
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["default_out", "register"]
@@ -195,7 +196,7 @@ def bench(
     no_store: NoStoreOption = False,
 ) -> None:
     """Benchmark methods on a task: accuracy with intervals, cost, flips and paired tests."""
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     given = {f: _given(ctx, f) for f in RECORDED_OPTIONS}
     given["methods"] = any(_given(ctx, f) for f in _METHOD_FLAGS)
     fields: dict[str, Any] = {
@@ -276,7 +277,7 @@ def bench(
                 signal.signal(signal.SIGTERM, previous)
             finish_bench(rec, run)
     report = write_report(run, out_dir, plots=not no_plots)
-    Console().print(rich_table(report))
+    print_table(make_console(), rich_table(report), drop=RICH_TABLE_DROP)
     console.print(f"report: {out_dir / REPORT_FILE}  results: {out_dir / RESULTS_FILE}")
     if run.retried:
         console.print(f"retried {run.retried} failed unit attempts in this invocation")

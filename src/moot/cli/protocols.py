@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import shutil
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -73,8 +75,10 @@ def _check_models(protocol: Protocol) -> None:
 def protocols(ctx: typer.Context) -> None:
     """List the bundled protocol presets (or use show / validate)."""
     if ctx.invoked_subcommand is None:
+        width = max(shutil.get_terminal_size().columns, 40)
         for name, description in presets().items():
-            typer.echo(f"{name:22} {description}")
+            lines = textwrap.wrap(description, width - 23) or [""]
+            typer.echo("\n".join([f"{name:22} {lines[0]}", *(" " * 23 + line for line in lines[1:])]))
 
 
 @app.command("show")

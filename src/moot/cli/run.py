@@ -21,6 +21,7 @@ from ..runs import RunStatus, open_store, recording
 from ..runs.recording import debate_config
 from ..transcript import DebateResult, Event, Turn
 from . import _exit
+from ._console import make_console
 from ._store_options import NoStoreOption, StoreOption
 from .dry_run import first_round_calls, format_calls
 from .run_batch import TopicItem, read_topics, run_batch
@@ -233,7 +234,7 @@ def _batch(
         )
         for item in read_topics(input_file)
     ]
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     if debate_mode and uses_demo_model(debate):
         console.print(DEMO_NOTICE, style="dim", markup=False, emoji=False, soft_wrap=True)
 
@@ -408,7 +409,7 @@ def register(app: typer.Typer) -> None:
         )
         if from_run:
             cfg["from_run"] = from_run
-        console = Console(stderr=as_json)
+        console = make_console(stderr=as_json)
         notice = DEMO_NOTICE if debate_mode and uses_demo_model(debate) else None
         sink = out.open("w", encoding="utf-8") if out is not None else None
         name = model or default_model_spec()
@@ -416,7 +417,7 @@ def register(app: typer.Typer) -> None:
             try:
                 live = _Live(console, sink, notice)
                 if as_json:  # keep stdout clean: only the result goes there
-                    live.console = Console(stderr=True, quiet=True)
+                    live.console = make_console(stderr=True, quiet=True)
 
                 def on_event(event: Event) -> None:
                     rec.on_event(event)  # stored first: a crash in printing loses nothing
@@ -442,5 +443,5 @@ def register(app: typer.Typer) -> None:
             _summary(console, result)
         reason = no_answer_reason(result)
         if reason is not None:  # one line, also under --json (stderr), so a script's log says why
-            Console(stderr=True).print(f"moot: {reason}", style="yellow", markup=False, soft_wrap=True)
+            make_console(stderr=True).print(f"moot: {reason}", style="yellow", markup=False, soft_wrap=True)
         return _exit.for_debate(result)

@@ -23,6 +23,7 @@ from rich.table import Table
 from ..errors import UsageError
 from ..runs import RunRecord, RunStore, default_store_path, load_result
 from ..runs.compare import BenchComparison, as_json, compare_runs
+from ._console import make_console, print_table
 from ._store_options import StoreOption
 
 __all__ = ["register", "runs_app"]
@@ -40,8 +41,8 @@ def _open(store: Any) -> RunStore:
 
 def _console() -> Console:
     # Piped output keeps whole ids and titles instead of the 80-column default's ellipses.
-    console = Console()
-    return console if console.is_terminal else Console(width=200)
+    console = make_console()
+    return console if console.is_terminal else make_console(width=200)
 
 
 def _when(ts: float) -> str:
@@ -89,7 +90,7 @@ def list_cmd(
             _wall(r),
             "-" if r.score is None else f"{r.score:.3f}",
         )
-    _console().print(table)
+    print_table(_console(), table, drop=("score", "wall", "tokens", "started", "kind"))
 
 
 def _show_debate(opened: RunStore, record: RunRecord, console: Console) -> None:
@@ -107,10 +108,11 @@ def _show_debate(opened: RunStore, record: RunRecord, console: Console) -> None:
 
 
 def _show_bench(opened: RunStore, record: RunRecord, console: Console) -> None:
-    from ..bench.report import build_report, rich_table
+    from ..bench.report import RICH_TABLE_DROP, build_report, rich_table
     from ..runs import bench_run
 
-    console.print(rich_table(build_report(bench_run(opened, record.id))))
+    report = build_report(bench_run(opened, record.id))
+    print_table(console, rich_table(report), drop=RICH_TABLE_DROP)
 
 
 def _show_absa(opened: RunStore, record: RunRecord, console: Console) -> None:
@@ -134,7 +136,7 @@ def _show_other(opened: RunStore, record: RunRecord, console: Console) -> None:
     elif record.kind == "absa-eval":
         from ..absa import format_table
 
-        console.print(format_table(result, title=f"ABSA evaluation · {record.title}"))
+        print_table(console, format_table(result, title=f"ABSA evaluation · {record.title}"))
 
 
 def _header(record: RunRecord, console: Console) -> None:
@@ -238,12 +240,12 @@ def compare_cmd(
             a_cell = f"{_pct(m.a_accuracy)} (n={m.a_n})" if m.a_n else "-"
             b_cell = f"{_pct(m.b_accuracy)} (n={m.b_n})" if m.b_n else "-"
             table.add_row(escape(m.method), a_cell, b_cell, diff, *tail)
-        console.print(table)
+        print_table(console, table, drop=("only A right", "only B right", "shared"))
         return
     table = Table("", "A", "B", title=title)
     for name, x, y in cmp.rows:
         table.add_row(name, escape(x), escape(y))
-    console.print(table)
+    print_table(console, table)
 
 
 def register(app: typer.Typer) -> None:
