@@ -130,6 +130,10 @@ def test_overall_timeout_flags_unfinished_contradictions() -> None:
     assert (result.resolved, result.flagged_for_review) == (1, 2)
     assert [m.status for m in result.metrics] == ["resolved", "flagged", "flagged"]
     assert result.consensus_narrative.count("flagged for review (no ruling: no ruling within") == 2
+    # the call in flight at the timeout was sent: it counts as an attempt, its turn kept (cancelled)
+    assert len(model.requests) == result.usage.attempts == 2 and result.usage.calls == 1
+    cut = result.rulings[1].turn
+    assert cut is not None and cut.cancelled and result.rulings[2].turn is None
 
 
 def test_conflicting_interpretations_are_contradictions() -> None:

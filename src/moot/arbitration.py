@@ -64,7 +64,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .engine import Debate
+from .engine import Debate, DebateRun
 from .models import Model
 from .models.base import Usage
 from .schemas import Arbitration, Confidence
@@ -468,11 +468,14 @@ async def arbitrate(
     gate = asyncio.Semaphore(max(1, concurrency))
     done = 0
 
+    runs: dict[int, DebateRun] = {}  # kept so a timed-out run still reports the calls it made
+
     async def one(c: Contradiction) -> tuple[Ruling, DebateResult]:
         nonlocal done
         context = {**c.model_dump(mode="json"), "source_authority": [*source_authority, "other"]}
         async with gate:
-            res = await arbiter.run(c.describe(source_authority), context=context)
+            runs[c.id] = run = arbiter.start(c.describe(source_authority), context=context)
+            res = await run.execute()
         turn = res.rounds[0].turns[0] if res.rounds and res.rounds[0].turns else None
         decision = Arbitration.model_validate(turn.content) if turn is not None and turn.ok else None
         error = None if decision is not None else (turn.error if turn is not None else res.fallback)
@@ -480,7 +483,7 @@ async def arbitrate(
         await _notify(on_progress, "debate", "progress", {"done": done, "total": len(contradictions)})
         return Ruling(contradiction_id=c.id, decision=decision, turn=turn, error=error), res
 
-    rulings, usage, timed_out = await _run_all(contradictions, one, timeout)
+    rulings, usage, timed_out = await _run_all(contradictions, one, timeout, runs)
     metrics, adjusted, narrative = build_consensus(parsed, contradictions, rulings)
     status_of = {m.metric_name: m.status for m in metrics}
     flagged = sum(1 for c in contradictions if status_of[c.metric_name] == "flagged")
@@ -507,8 +510,12 @@ async def _run_all(
     contradictions: Sequence[Contradiction],
     one: Callable[[Contradiction], Awaitable[tuple[Ruling, DebateResult]]],
     timeout: float | None,
+    runs: dict[int, DebateRun],
 ) -> tuple[list[Ruling], Usage, bool]:
-    """Every arbitration under the overall timeout; an unfinished one keeps a ruling saying so."""
+    """Every arbitration under the overall timeout; an unfinished one keeps a ruling saying so.
+
+    A run cut off by the timeout still counts the requests it sent (its cancelled turn is kept).
+    """
     tasks = [asyncio.ensure_future(one(c)) for c in contradictions]
     _, pending = await asyncio.wait(tasks, timeout=timeout)
     for task in pending:
@@ -518,7 +525,10 @@ async def _run_all(
     for c, task in zip(contradictions, tasks, strict=True):
         if task in pending:
             error = f"no ruling within the overall timeout of {timeout:g} s; flagged for review"
-            rulings.append(Ruling(contradiction_id=c.id, error=error))
+            run = runs.get(c.id)  # None: it was still waiting for a free slot
+            turns = run.result.turns(include_judge=True) if run is not None else []
+            rulings.append(Ruling(contradiction_id=c.id, error=error, turn=turns[0] if turns else None))
+            usage = usage + (run.result.usage if run is not None else Usage())
             continue
         ruling, res = task.result()  # re-raises what a task raised
         rulings.append(ruling)
