@@ -146,3 +146,25 @@ def test_cli_run_against_a_hung_server_returns_within_its_timeout(
     assert result["fallback"].startswith("timeout")
     assert code == 1
     assert all(t["cancelled"] for r in result["rounds"] for t in r["turns"])
+
+
+@pytest.mark.usefixtures("allow")
+def test_cli_run_against_a_dripping_server_is_bounded_per_request(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each byte arrives well within any read timeout; only the whole-request limit stops it.
+    with FaultServer(lambda n, body, headers: Fate("drip", drip_seconds=0.05)) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        started = time.perf_counter()
+        spec = "openai:drip-test?timeout=0.4"
+        code = main(["run", "Q?", "--model", spec, "--rounds", "1", "--json", "--no-store"])
+        elapsed = time.perf_counter() - started
+        requests = server.requests
+    models._CACHE.pop(spec, None)
+    result = json.loads(capsys.readouterr().out)
+    # 2 speakers x (1 attempt + 3 retries) x 0.4 s, with backoff waits, far below one drip of ~20 s.
+    assert elapsed < 8
+    assert code == 1 and result["fallback"] is not None
+    turns = [t for r in result["rounds"] for t in r["turns"]]
+    assert any(t["error_kind"] == "ModelTimeoutError" for t in turns)
+    assert result["usage"]["attempts"] == requests

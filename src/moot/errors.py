@@ -172,10 +172,16 @@ class ModelHTTPError(ModelError):
 
 
 class ModelConnectionError(ModelError):
-    """The endpoint could not be reached or dropped the connection."""
+    """The endpoint could not be reached or dropped the connection.
 
-    def __init__(self, message: str, *, model: str = "") -> None:
+    Attributes:
+        sent: False when the request provably never reached the server (connection
+            refused or unreachable); such an attempt is not counted in ``usage.attempts``.
+    """
+
+    def __init__(self, message: str, *, model: str = "", sent: bool = True) -> None:
         super().__init__(message, model=model, retryable=True)
+        self.sent = sent
 
 
 class ModelResponseError(ModelError):

@@ -131,7 +131,7 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     """Completion (output) tokens."""
     attempts: int = 0
-    """Requests sent (retries and unanswered ones included)."""
+    """Requests sent (retries and unanswered ones included; a refused connection sent nothing)."""
 
     @property
     def total_tokens(self) -> int:

@@ -365,7 +365,7 @@ class OpenAIModel(SDKModel):
             if err.timeout and not err.connect:
                 raise ModelTimeoutError(self.timeout, model=self.name) from err
             message = redact(f"{self.name}: {err}", (self._api_key,))
-            raise ModelConnectionError(message, model=self.name) from err
+            raise ModelConnectionError(message, model=self.name, sent=not err.connect) from err
 
     def _lean_response(self, raw: RawResponse) -> ModelResponse:
         """Decode a lean-transport response, reading only the fields moot uses."""

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ModelError, ModelHTTPError, ModelTimeoutError
+from ..errors import ModelConnectionError, ModelError, ModelHTTPError, ModelTimeoutError
 from .base import _CURRENT_STATS, CallStats, Model, ModelRequest, ModelResponse
 
 __all__ = ["RetryPolicy", "call_model"]
@@ -103,6 +103,10 @@ async def _attempt(model: Model, request: ModelRequest, stats: CallStats) -> Mod
     except TimeoutError as err:
         if limit is not None and scope.expired():
             raise ModelTimeoutError(limit, model=model.name) from err
+        raise
+    except ModelConnectionError as err:
+        if not err.sent:  # refused or unreachable: the server never saw it, its log will not either
+            stats.usage.attempts -= 1
         raise
     finally:
         _CURRENT_STATS.reset(token)

@@ -1,0 +1,109 @@
+"""Fault soak: hundreds of debates against a real HTTP server that fails 30% of requests.
+
+The server answers each request with a valid reply, or (30%) with a 500, a 429 with
+``Retry-After``, a garbled 200 body, or a dropped connection. Every debate must return,
+at least 90% with no failed turn, no task exception may go unretrieved (asyncio debug
+mode), and the usage the debates report must match the server's own counts exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import random
+import time
+from typing import Any
+
+import pytest
+
+from fault_server import Fate, FaultServer, schema_reply
+from moot import Debate, DebateResult
+from moot.models import base
+from moot.models.openai import OpenAIModel
+from moot.protocol import preset_names
+
+TOPIC = "The battery life is great but the screen is dim."
+FAULTS = (
+    Fate("status", status=500, body='{"error": {"message": "Internal Server Error"}}'),
+    Fate("status", status=429, headers={"Retry-After": "0.02"}),
+    Fate("malformed"),
+    Fate("drop"),
+)
+FAULT_RATE = 0.3
+DEBATES_PER_PRESET = 36  # x 6 presets = 216 debates
+
+
+class Soak:
+    """The server's handler: a seeded 30% fault rate, and a count of valid answers sent."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.faults: dict[str, int] = {}
+
+    def __call__(self, n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+        rng = random.Random(n)  # the n-th request's fate does not depend on timing
+        if rng.random() < FAULT_RATE:
+            fault = rng.choice(FAULTS)
+            key = f"{fault.kind}{fault.status if fault.kind == 'status' else ''}"
+            self.faults[key] = self.faults.get(key, 0) + 1
+            return fault
+        self.answered += 1
+        return Fate(content=_reply(body))
+
+
+def _reply(body: dict[str, Any]) -> str:
+    """A valid reply; evidence spans must quote the topic, so they get a phrase of it."""
+    data = json.loads(schema_reply(body))
+    for key in data:
+        if key.endswith("evidence_spans"):
+            data[key] = ["battery life"]
+    return json.dumps(data)
+
+
+@pytest.fixture
+def loop_errors(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)
+    return []
+
+
+def test_fault_soak(loop_errors: list[dict[str, Any]]) -> None:
+    soak = Soak()
+    # Fast backoff keeps the test short; the policy's logic is the production one.
+    overrides = {"retry": {"max_retries": 3, "base_delay": 0.02, "max_delay": 0.2}, "timeout": 120}
+
+    async def main(url: str) -> list[DebateResult | BaseException]:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, ctx: loop_errors.append(ctx))
+        model = OpenAIModel("soak", base_url=url, max_concurrency=64)
+        try:
+            runs = [
+                Debate(name, model=model, overrides=overrides).run(TOPIC)
+                for name in preset_names()
+                for _ in range(DEBATES_PER_PRESET)
+            ]
+            return await asyncio.gather(*runs, return_exceptions=True)
+        finally:
+            await model.aclose()
+
+    started = time.perf_counter()
+    with FaultServer(soak) as server:
+        results = asyncio.run(main(server.url), debug=True)
+        gc.collect()
+        requests = server.requests
+    elapsed = time.perf_counter() - started
+
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors[:3]
+    done = [r for r in results if isinstance(r, DebateResult)]
+    assert len(done) == DEBATES_PER_PRESET * len(preset_names()) >= 200
+    clean = [r for r in done if r.failed_turns == 0 and r.cancelled_turns == 0 and r.fallback is None]
+    assert len(clean) >= 0.9 * len(done), (
+        f"{len(clean)}/{len(done)} clean; {requests} requests, faults {soak.faults}"
+    )
+    # Usage reconciles exactly with the server: every request it read, every valid answer it sent.
+    assert sum(r.usage.attempts for r in done) == requests
+    assert sum(r.usage.calls for r in done) == soak.answered
+    assert requests > soak.answered  # faults did happen and were retried
+    assert loop_errors == []
+    assert elapsed < 60
