@@ -170,3 +170,12 @@ def test_bad_xml_and_bad_polarity_are_usage_errors(tmp_path: Path) -> None:
     )
     with pytest.raises(UsageError, match="sentence 1: polarity 'great'"):
         read_dataset(odd)
+
+
+def test_gsm8k_format_file_loads_and_scores() -> None:
+    task = make_task(f"gsm8k:{DATA / 'gsm8k_style.jsonl'}")
+    items = {i.id: i for i in task.items(None, 0)}
+    assert {k: i.gold for k, i in items.items()} == {"g1": "12", "g2": "210", "g3": "38", "g4": "51"}
+    item = items["g3"]
+    assert task.is_correct(task.parse("4 * 8 = 32, 2 * 3 = 6. The answer is \\boxed{38}.", item).value, item)
+    assert task.parse("4 * 8 = 32, 2 * 3 = 6, so 32 +", item, truncated=True).failed

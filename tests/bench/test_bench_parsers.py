@@ -38,6 +38,24 @@ _NUMBER_ANSWERS = [
     ("**Final Answer:** $18", "18", "final"),
     ("The answer is: 1,234,567.", "1234567", "final"),
     ("The answer is 246.", "246", "final"),
+    # Embedded model on tests/data/gsm8k_style.jsonl; the copied format sentence is no answer.
+    (
+        "So, 42 - 42 = 1 rolls are left.\nThe answer is \\boxed{1}.\n\nThe solution is \\boxed{1}.",
+        "1",
+        "boxed",
+    ),
+    (
+        "This gives us 42 - 30 = 10 rolls.\n\nSo, the baker's final answer is 10 rolls.\n\nThe final answer "
+        "is a single number, in the form \\boxed{answer}, at the end of your response.",
+        "10",
+        "final",
+    ),
+    (
+        "3. Therefore, the number of tulips remaining is 5 - 9 = 1.\n4. The answer is 1.\n\nThe final "
+        "answer is a single number, in the form \\boxed{answer}, at the end of the response.",
+        "1",
+        "final",
+    ),
     # A bracketed number inside the reasoning is not the answer: the last number is.
     ("She has 3 boxes (12 eggs each), so 3*12 = 36 eggs.", "36", "last_number"),
     ("Janet has 16 eggs. She eats 3 (breakfast) and bakes 4. 16 - 3 - 4 = 9", "9", "last_number"),
@@ -137,10 +155,15 @@ _CHOICE_ANSWERS = [
     ("the answer is A) Paris, the capital.", "A", "mark"),
     ("A) Paris\nB) London\nC) Berlin\nD) Madrid\n\nThe answer is A) Paris.", "A", "phrase"),
     ("\\boxed{C}", "C", "boxed"),
+    # Embedded model on tests/data/mmlu_style.csv:
+    ("A) S", "A", "mark"),
+    ("A) Venus is the closest planet to the Sun.", "A", "mark"),
+    ("A) Venus\n\nThe answer is (A) Venus.", "A", "paren"),
 ]
 
 _CHOICE_REFUSED = [
     "A) Paris\nB) London\nC) Berlin\nD) Madrid",  # the option list repeated
+    "A) S\nB) Na\nC) So\nD) Sd\n",  # embedded model, the same
     "(A) Paris (B) London (C) Berlin (D) Madrid",
     "(a) is tempting",  # lower case: an enumeration, not an answer
     "The answer is a bit unclear.",

@@ -162,6 +162,10 @@ def _extras(report: Report) -> list[str]:
             bits.append(
                 f"{_pct(m.replies_in_format / m.replies)} of replies used the requested answer format"
             )
+        if m.parse_failures:
+            bits.append(
+                f"a lenient parser would read {m.lenient_parsed} of the {m.parse_failures} unparsed finals"
+            )
         if m.replies_truncated:
             bits.append(f"{m.replies_truncated} replies cut at max_tokens")
         if m.notes:

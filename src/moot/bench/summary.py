@@ -44,6 +44,8 @@ class MethodSummary:
     ci_high: float
     round0_correct: int
     parse_failures: int
+    lenient_parsed: int
+    """Parse failures the lenient parser would have read an answer from."""
     lenient_correct: int
     replies: int
     replies_in_format: int
@@ -139,6 +141,7 @@ def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
         ci_high=high,
         round0_correct=sum(1 for r in records if r.rounds and _vote_correct(r.rounds[0], r.gold)),
         parse_failures=sum(r.parse_failed for r in records),
+        lenient_parsed=sum(r.parse_failed and r.lenient is not None for r in records),
         lenient_correct=sum(r.lenient == r.gold if r.lenient is not None else r.correct for r in records),
         replies=len(replies),
         replies_in_format=sum(a.in_format for a in replies),
