@@ -1,6 +1,10 @@
 """A minimal OpenAI-compatible chat server with a fixed artificial latency, for benchmarks.
 
-Run: ``python bench/fake_openai.py --port 8765 --latency 0.2 [--max-seconds 600]``.
+Run: ``python bench/fake_openai.py --port 8765 --latency 0.2 [--max-concurrent 8] [--max-seconds 600]``.
+
+``--max-concurrent C`` makes it a server with a capacity, like a GPU that decodes
+C sequences at once: at most C requests are in their latency at a time, the
+others queue (the replica benchmark needs the server, not the client, to be the limit).
 
 It answers ``POST /v1/chat/completions`` after sleeping ``latency`` seconds, with the
 smallest JSON instance of the requested schema (``response_format.json_schema.schema``
@@ -40,7 +44,12 @@ def _reply_for(body: dict) -> str:
     return orjson.dumps(schema_instance(schema)).decode()
 
 
-async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, latency: float) -> None:
+async def _handle(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    latency: float,
+    slots: asyncio.Semaphore | None,
+) -> None:
     sock = writer.get_extra_info("socket")
     if sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -56,7 +65,11 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, la
             if b"/models" in first:
                 payload = {"object": "list", "data": [{"id": "fake", "object": "model"}]}
             else:
-                await asyncio.sleep(latency)
+                if slots is None:
+                    await asyncio.sleep(latency)
+                else:
+                    async with slots:
+                        await asyncio.sleep(latency)
                 body = orjson.loads(raw or b"{}")
                 text = _reply_for(body)
                 payload = {
@@ -87,10 +100,11 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, la
         writer.close()
 
 
-async def serve(port: int, latency: float, max_seconds: float) -> None:
+async def serve(port: int, latency: float, max_seconds: float, max_concurrent: int = 0) -> None:
     """Serve until ``max_seconds`` have passed."""
+    slots = asyncio.Semaphore(max_concurrent) if max_concurrent > 0 else None
     server = await asyncio.start_server(
-        lambda r, w: _handle(r, w, latency), "127.0.0.1", port, backlog=4096, limit=2**22
+        lambda r, w: _handle(r, w, latency, slots), "127.0.0.1", port, backlog=4096, limit=2**22
     )
     async with server:
         await asyncio.sleep(max_seconds)
@@ -104,10 +118,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running(latency: float, max_seconds: float = 900, port: int | None = None) -> Iterator[int]:
+def running(
+    latency: float, max_seconds: float = 900, port: int | None = None, max_concurrent: int = 0
+) -> Iterator[int]:
     """Run this server in a child process for the ``with`` block; yields its port once it accepts."""
     port = port or free_port()
     cmd = [sys.executable, str(Path(__file__).resolve()), "--port", str(port), "--latency", str(latency)]
+    cmd += ["--max-concurrent", str(max_concurrent)]
     proc = subprocess.Popen([*cmd, "--max-seconds", str(max_seconds)])
     try:
         deadline = time.time() + 20
@@ -129,9 +146,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--max-concurrent", type=int, default=0, help="capacity (0: unlimited)")
     parser.add_argument("--max-seconds", type=float, default=900)
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.latency, args.max_seconds))
+    asyncio.run(serve(args.port, args.latency, args.max_seconds, args.max_concurrent))
 
 
 if __name__ == "__main__":

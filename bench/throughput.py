@@ -16,7 +16,15 @@ items/s. Three clients are measured:
   (aiohttp + orjson, ``moot.models._http``), the path a user runs by default;
 * ``openai-sdk``: the same backend with ``http="sdk"`` (the ``openai`` SDK over
   its default HTTP stack); FIELD-NOTES measured ~2-5 ms of CPU per request for it;
-* ``openai-sdk-aiohttp``: ``http="sdk-aiohttp"`` (the SDK's aiohttp transport).
+* ``openai-sdk-aiohttp``: ``http="sdk-aiohttp"`` (the SDK's aiohttp transport);
+* ``langgraph-sdk``: no moot at all: the same society written as a LangGraph user
+  would, a fan-out graph (three round-0 nodes from START, each round-1 node
+  joining all three) whose nodes call ``AsyncOpenAI.chat.completions.create``,
+  one ``graph.ainvoke`` per item, ``--concurrency`` items at once.
+
+The server ignores ``n``, so moot's vote/society round 0 falls back to single
+requests after one probe (``moot.models.sampling``): 6 calls per item for every
+client, the same work.
 
 ``--latency 0.2,1,2`` sweeps latencies: the client's CPU per call is fixed, so
 the ratio to ideal depends on how many calls per second the ideal needs
@@ -61,6 +69,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import operator
 import os
 import re
 import socket
@@ -70,7 +79,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 _EXPR = re.compile(r"result of ([0-9+*\-]+)\?")
 
@@ -255,6 +264,83 @@ def _openai_model(base_url: str, in_flight: int, http: str) -> Any:
     )
 
 
+class _State(TypedDict):
+    """One item's state in the LangGraph version: each round's (agent, reply) pairs."""
+
+    prompt: str
+    debate: str
+    r0: Annotated[list[tuple[int, str]], operator.add]
+    r1: Annotated[list[tuple[int, str]], operator.add]
+
+
+async def _langgraph_run(base_url: str, items: int, concurrency: int) -> dict[str, Any]:
+    """The society as a LangGraph fan-out graph over the openai SDK (see the module docstring)."""
+    import openai
+    from langgraph.graph import END, START, StateGraph
+
+    from moot.bench.tasks import ArithmeticTask
+
+    task = ArithmeticTask()
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60)
+    calls = [0]
+
+    async def complete(messages: list[dict[str, str]]) -> str:
+        calls[0] += 1
+        reply = await client.chat.completions.create(model="fake", messages=messages, max_tokens=64)  # type: ignore[arg-type]
+        return reply.choices[0].message.content or ""
+
+    def round0(i: int) -> Any:
+        async def node(state: _State) -> dict[str, Any]:
+            return {"r0": [(i, await complete([{"role": "user", "content": state["prompt"]}]))]}
+
+        return node
+
+    def round1(i: int) -> Any:
+        async def node(state: _State) -> dict[str, Any]:
+            replies = dict(state["r0"])
+            peers = "\n\n".join(replies[j] for j in sorted(replies) if j != i)
+            messages = [
+                {"role": "user", "content": state["prompt"]},
+                {"role": "assistant", "content": replies[i]},
+                {"role": "user", "content": state["debate"] + "\n\n" + peers},
+            ]
+            return {"r1": [(i, await complete(messages))]}
+
+        return node
+
+    builder = StateGraph(_State)
+    for i in range(3):
+        builder.add_node(f"r0_{i}", round0(i))
+        builder.add_node(f"r1_{i}", round1(i))
+        builder.add_edge(START, f"r0_{i}")
+        builder.add_edge(f"r1_{i}", END)
+    for i in range(3):
+        builder.add_edge([f"r0_{j}" for j in range(3)], f"r1_{i}")
+    graph = builder.compile()
+    debate = task.debate_prompt(task.items(1, 0)[0], [])
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(prompt: str) -> int:
+        async with gate:
+            state = await graph.ainvoke({"prompt": prompt, "debate": debate, "r0": [], "r1": []})
+            return len(state["r1"])
+
+    prompts = [item.prompt for item in task.items(items, 0)]
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    done = await asyncio.gather(*(one(p) for p in prompts))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    await client.close()
+    return {
+        "items": sum(1 for d in done if d == 3),
+        "failures": sum(1 for d in done if d != 3),
+        "accuracy": float("nan"),
+        "calls": calls[0],
+        "wall_s": wall,
+        "client_cpu_s": cpu,
+        "cpu_ms_per_call": 1000 * cpu / max(1, calls[0]),
+    }
+
+
 async def _harness_run(model: Any, items: int, concurrency: int, out: Path) -> dict[str, Any]:
     from moot.bench.runner import BenchConfig, run_bench
 
@@ -283,8 +369,22 @@ async def _harness_run(model: Any, items: int, concurrency: int, out: Path) -> d
     }
 
 
-CLIENTS = ("inproc", "raw", "openai", "openai-sdk", "openai-sdk-aiohttp")
+CLIENTS = ("inproc", "raw", "openai", "openai-sdk", "openai-sdk-aiohttp", "langgraph-sdk")
 _STACKS = {"openai": "lean", "openai-sdk": "sdk", "openai-sdk-aiohttp": "sdk-aiohttp"}
+
+
+def _run_client(
+    client: str, latency: float, base_url: str, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
+    if client == "langgraph-sdk":
+        return asyncio.run(_langgraph_run(base_url, args.items, args.concurrency))
+    if client == "inproc":
+        model = _inproc_model(latency)
+    elif client == "raw":
+        model = _raw_model(base_url)
+    else:
+        model = _openai_model(base_url, args.concurrency * 3, _STACKS[client])
+    return asyncio.run(_harness_run(model, args.items, args.concurrency, tmp))
 
 
 def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -294,14 +394,7 @@ def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
         ideal = args.concurrency / (2 * latency)
         for client in clients:
             with FakeServer(latency, args.server_timeout) as base_url, tempfile.TemporaryDirectory() as tmp:
-                in_flight = args.concurrency * 3
-                if client == "inproc":
-                    model = _inproc_model(latency)
-                elif client == "raw":
-                    model = _raw_model(base_url)
-                else:
-                    model = _openai_model(base_url, in_flight, _STACKS[client])
-                result = asyncio.run(_harness_run(model, args.items, args.concurrency, Path(tmp)))
+                result = _run_client(client, latency, base_url, args, Path(tmp))
             items_per_s = result["items"] / result["wall_s"]
             row = {
                 "client": client,
@@ -310,15 +403,16 @@ def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "ideal_items_per_s": ideal,
                 "items_per_s": items_per_s,
                 "ratio_to_ideal": items_per_s / ideal,
+                "load_avg": os.getloadavg(),
                 **result,
             }
             rows.append(row)
             print(
-                f"[http] client={client:14s} latency={latency:.3f}s items={result['items']} "
+                f"[http] client={client:18s} latency={latency:.3f}s items={result['items']} "
                 f"failures={result['failures']} accuracy={result['accuracy']:.3f} "
                 f"wall={result['wall_s']:.2f}s "
                 f"items/s={items_per_s:.1f} ideal={ideal:.1f} ratio={items_per_s / ideal:.3f} "
-                f"client CPU/call={result['cpu_ms_per_call']:.2f} ms",
+                f"client CPU/call={result['cpu_ms_per_call']:.2f} ms load={os.getloadavg()[0]:.2f}",
                 flush=True,
             )
     return rows
