@@ -10,7 +10,7 @@
    of sequential stages times one call's latency. Once for a single debate,
    then with many debates running concurrently (after one warm-up debate each).
 
-Run: ``.venv/bin/python bench/overhead.py [--latency 0.2] [--concurrent 200]``.
+Run: ``.venv/bin/python bench/overhead.py [--latency 0.2] [--concurrent 200] [--http lean,sdk]``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def engine_time(name: str, debates: int) -> tuple[float, int]:
     return elapsed, len(model.requests)
 
 
-def wall_vs_critical(name: str, latency: float, concurrent: int, port: int) -> dict[str, float]:
+def wall_vs_critical(name: str, latency: float, concurrent: int, port: int, http: str) -> dict[str, float]:
     from moot.models.openai import OpenAIModel
 
     model = OpenAIModel(
@@ -58,6 +58,7 @@ def wall_vs_critical(name: str, latency: float, concurrent: int, port: int) -> d
         api_key="x",
         structured_mode="json_schema",
         max_concurrency=10_000,
+        http=http,  # type: ignore[arg-type]
     )
     debate = Debate(name, model=model, overrides={"timeout": None})
 
@@ -83,8 +84,13 @@ def main() -> None:
     ap.add_argument("--concurrent", type=int, default=200)
     ap.add_argument("--debates", type=int, default=200)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--http", default="lean", help="the openai: backend's HTTP stack(s), comma-separated")
     args = ap.parse_args()
-    out: dict[str, object] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    out: dict[str, object] = {
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "load": os.getloadavg(),
+    }
 
     rows = []
     for name in ("answer", "panel", "adversarial", "patch"):
@@ -94,11 +100,11 @@ def main() -> None:
 
     with running(args.latency) as port:
         walls = []
-        for name in ("answer", "panel", "adversarial"):
-            for n in (1, args.concurrent):
-                walls.append(
-                    {"protocol": name, "debates": n, **wall_vs_critical(name, args.latency, n, port)}
-                )
+        for http in args.http.split(","):
+            for name in ("answer", "panel", "adversarial"):
+                for n in (1, args.concurrent):
+                    row = wall_vs_critical(name, args.latency, n, port, http)
+                    walls.append({"http": http, "protocol": name, "debates": n, **row})
         out["wall_vs_critical_path"] = walls
 
     if args.json:
@@ -107,10 +113,11 @@ def main() -> None:
     print(f"engine time per turn (zero-latency model, {args.debates} debates each):")
     for r in rows:
         print(f"  {r['protocol']:12} {r['calls']:6d} calls  {r['ms_per_turn']:.3f} ms/turn")
+    print(f"load average before: {out['load']}, after: {os.getloadavg()}, cores: {os.cpu_count()}")
     print(f"wall time vs critical path (openai backend, fake server, latency {args.latency}s):")
     for w in walls:
         print(
-            f"  {w['protocol']:12} x{w['debates']:<4d} wall {w['wall_s']:.2f}s  "
+            f"  {w['http']:12} {w['protocol']:12} x{w['debates']:<4d} wall {w['wall_s']:.2f}s  "
             f"critical {w['critical_s']:.2f}s  ratio {w['ratio']:.3f}"
         )
 

@@ -22,9 +22,11 @@ items/s. Three clients are measured:
   joining all three) whose nodes call ``AsyncOpenAI.chat.completions.create``,
   one ``graph.ainvoke`` per item, ``--concurrency`` items at once.
 
-The server ignores ``n``, so moot's vote/society round 0 falls back to single
-requests after one probe (``moot.models.sampling``): 6 calls per item for every
-client, the same work.
+The server samples ``n`` completions per request, as vLLM does. To compare the
+transports on the same work (6 requests per item), the ``openai*`` clients are
+told the server has no ``n`` (as moot learns from one probe against such a
+server); ``openai-n`` is the default lean client using it: round 0 is one
+request with ``n=3``, so 4 requests per item and the same critical path.
 
 ``--latency 0.2,1,2`` sweeps latencies: the client's CPU per call is fixed, so
 the ratio to ideal depends on how many calls per second the ideal needs
@@ -122,12 +124,14 @@ def _make_handler(latency: float) -> type[BaseHTTPRequestHandler]:
                     "object": "chat.completion",
                     "created": 0,
                     "model": body.get("model", "fake"),
+                    # n completions of one prompt, as vLLM and OpenAI sample them.
                     "choices": [
                         {
-                            "index": 0,
+                            "index": i,
                             "message": {"role": "assistant", "content": text},
                             "finish_reason": "stop",
                         }
+                        for i in range(int(body.get("n") or 1))
                     ],
                     "usage": {
                         "prompt_tokens": prompt_words,
@@ -256,12 +260,17 @@ def _inproc_model(latency: float) -> Any:
     return model
 
 
-def _openai_model(base_url: str, in_flight: int, http: str) -> Any:
+def _openai_model(base_url: str, in_flight: int, http: str, n_sampling: bool) -> Any:
     from moot.models.openai import OpenAIModel
 
-    return OpenAIModel(
+    model = OpenAIModel(
         "fake", base_url=base_url, api_key="unused", max_concurrency=in_flight, timeout=60, http=http
     )
+    if not n_sampling:
+        # Measure the transport on the same work as the other clients: 6 requests per item,
+        # as against a server without n (after the one probe moot would make there).
+        model.sampler.supported = False
+    return model
 
 
 class _State(TypedDict):
@@ -369,8 +378,8 @@ async def _harness_run(model: Any, items: int, concurrency: int, out: Path) -> d
     }
 
 
-CLIENTS = ("inproc", "raw", "openai", "openai-sdk", "openai-sdk-aiohttp", "langgraph-sdk")
-_STACKS = {"openai": "lean", "openai-sdk": "sdk", "openai-sdk-aiohttp": "sdk-aiohttp"}
+CLIENTS = ("inproc", "raw", "openai", "openai-n", "openai-sdk", "openai-sdk-aiohttp", "langgraph-sdk")
+_STACKS = {"openai": "lean", "openai-n": "lean", "openai-sdk": "sdk", "openai-sdk-aiohttp": "sdk-aiohttp"}
 
 
 def _run_client(
@@ -383,7 +392,7 @@ def _run_client(
     elif client == "raw":
         model = _raw_model(base_url)
     else:
-        model = _openai_model(base_url, args.concurrency * 3, _STACKS[client])
+        model = _openai_model(base_url, args.concurrency * 3, _STACKS[client], client == "openai-n")
     return asyncio.run(_harness_run(model, args.items, args.concurrency, tmp))
 
 
