@@ -98,6 +98,26 @@ def test_empty_and_degenerate_evidence_are_warned_and_count_as_a_bare_claim() ->
     ]
 
 
+def test_evidence_that_restates_the_argument_or_a_field_is_not_evidence() -> None:
+    # what the embedded model produced: the claim copied into the evidence, and a stray field
+    text = "This is a task I am not ready to do."
+    script: dict[str, list[Reply]] = {
+        "proponent": [arg(1.0, [], text)],
+        "opponent": [arg(1.0, [text, "confidence: 1.0,"], text)],
+        "moderator": [mod(1.0)],
+    }
+    d = Debate("adversarial", model=ScriptedModel(script)).run_sync("X").decision
+    assert d is not None and (d.label, d.details["pro_strength"], d.details["con_strength"]) == (
+        "UNCERTAIN",
+        0.5,
+        0.5,
+    )
+    assert (
+        d.warnings[1]
+        == "opponent's evidence in round 1 is degenerate (2 items, none distinct and substantive)"
+    )
+
+
 def test_repeated_evidence_counts_once() -> None:
     script: dict[str, list[Reply]] = {
         "proponent": [arg(0.8, ["The survey found more output", "the survey  found more output."])],

@@ -10,8 +10,9 @@ Evidence score:
     ``min(1, 0.5 + 0.25 * n)`` where ``n`` counts the *usable* evidence items
     of the turn (``supporting_evidence``, ``citations`` or ``evidence``): items
     are compared lower-cased with whitespace collapsed, a repeated item counts
-    once, and an item with fewer than two words, or a placeholder such as
-    "none" or "n/a", is not evidence. A bare claim scores 0.5, two or more
+    once, and an item with fewer than two words of letters ("x", "fact",
+    "confidence: 1.0"), a placeholder such as "none" or "n/a", or a copy of the
+    argument itself is not evidence. A bare claim scores 0.5, two or more
     usable items score 1.0.
 
 Logic score:
@@ -109,11 +110,13 @@ def _evidence_items(turn: Turn) -> list[str]:
 
 
 def usable_evidence(turn: Turn) -> list[str]:
-    """The turn's evidence items that count: distinct, at least two words, not placeholders."""
+    """The turn's evidence items that count (module docstring): distinct, substantive, not the claim."""
+    claim = normalise(turn.text)
     seen: list[str] = []
     for item in _evidence_items(turn):
         norm = normalise(item)
-        if norm in seen or norm in _PLACEHOLDERS or len(re.findall(r"\w+", norm)) < 2:
+        words = re.findall(r"[^\W\d_]+", norm)  # words of letters: "confidence: 1.0" has one
+        if norm in seen or norm in _PLACEHOLDERS or len(words) < 2 or norm == claim:
             continue
         seen.append(norm)
     return seen
