@@ -164,8 +164,13 @@ class TestCancelledTurnsAndUsage:
             await asyncio.sleep(5)
             return ans("never")
 
-        result = run_debate(Debate("answer", model=FunctionModel(fn)), initial_answer="init")
+        events: list[Event] = []
+        debate = Debate("answer", model=FunctionModel(fn))
+        result = run_debate(debate, initial_answer="init", on_event=events.append)
         (cancelled,) = [t for t in result.turns() if t.cancelled]
+        # The event log holds it too, before debate_completed.
+        kinds = [(e.kind, e.turn.cancelled if e.turn else None) for e in events]
+        assert kinds.index(("turn_completed", True)) < kinds.index(("debate_completed", None))
         assert cancelled.speaker == "affirmative" and cancelled.error_kind == "cancelled"
         assert cancelled.usage.attempts == 1 and cancelled.usage.calls == 0
         assert result.cancelled_turns == 1 and result.failed_turns == 1

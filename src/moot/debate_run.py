@@ -85,6 +85,7 @@ class DebateRun:
         self._deadline: float | None = None
         self._t0 = 0.0
         self._stage_of: dict[int, int] = {}  # id(turn) -> stage index within its round
+        self._unreported: list[Turn] = []  # cancelled turns whose completion event is still due
 
     # -- events and budget ------------------------------------------------------------------
     async def emit(self, kind: EventKind, **fields: Any) -> None:
@@ -223,7 +224,15 @@ class DebateRun:
         return self.result.verdict
 
     async def finish(self) -> DebateResult:
-        """Decide (or fall back), stamp the timings, emit ``debate_completed``."""
+        """Decide (or fall back), stamp the timings, emit ``debate_completed``.
+
+        Turns cancelled when the run stopped get their ``turn_completed`` (or
+        ``judge_completed``) event here, so an event log holds every turn of the result.
+        """
+        for turn in self._unreported:
+            kind: EventKind = "turn_completed" if turn.phase == "turn" else "judge_completed"
+            await self.emit(kind, round=turn.round, speaker=turn.speaker, turn=turn)
+        self._unreported.clear()
         if self.fallback is None:
             self._decide()
         else:
@@ -346,6 +355,7 @@ class DebateRun:
         turn = cancelled_turn(persona, phase, rnd, output, model.name, stats, started, reason)
         self._account(turn)
         self.result.cancelled_turns += 1
+        self._unreported.append(turn)  # its event goes out from finish(): no awaiting while cancelled
         if phase == "judge":
             self.result.verdict = turn
         elif phase == "moderator":

@@ -164,10 +164,13 @@ def _summary(console: Console, result: DebateResult) -> None:
     if result.stopped_early:
         table.add_row("stopped early", "yes")
     u = result.usage
+    # Requests sent beyond the answered calls (retries, unanswered) are what a server log shows too.
+    sent = f" ({u.attempts} requests sent)" if u.attempts != u.calls else ""
+    cancelled = f" · {result.cancelled_turns} cancelled" if result.cancelled_turns else ""
     table.add_row(
         "usage",
-        f"{u.calls} calls · {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens"
-        f" · {result.timings.wall_ms / 1000:.1f}s wall · {result.failed_turns} failed turns",
+        f"{u.calls} calls{sent} · {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens"
+        f" · {result.timings.wall_ms / 1000:.1f}s wall · {result.failed_turns} failed turns{cancelled}",
     )
     console.print(Panel(table, title=f"[bold]{result.protocol}[/] result", border_style="bold"))
 
