@@ -202,3 +202,12 @@ def test_schema_hint_lists_fields_and_enums() -> None:
     hint = schema_hint(Arbitration)
     assert '"resolution": "agent1_correct" | "agent2_correct"' in hint
     assert '"confidence": number' in hint
+
+
+def test_conditions_yaml_alone_says_how_to_pick_the_debate(tmp_path: Path) -> None:
+    cfg = tmp_path / "cond.yaml"
+    cfg.write_text("pipeline:\n  debate:\n    enabled: true\n    max_rounds: 3\n")
+    with pytest.raises(ConfigError, match="give the seeds' shape a `mode:`"):
+        load_protocol(cfg)
+    cfg.write_text("mode: patch\npipeline:\n  debate:\n    enabled: true\n    max_rounds: 3\n")
+    assert (load_protocol(cfg).name, load_protocol(cfg).rounds) == ("patch", 1)

@@ -300,7 +300,11 @@ def _config_error(exc: ValidationError, source: str) -> ConfigError:
     if err["type"] == "extra_forbidden":
         return ConfigError(f"unknown key {loc!r} in {source}", key=loc)
     if err["type"] == "missing":
-        hint = " (or start from a preset with `extends: NAME`)" if loc in ("personas", "order") else ""
+        hint = (
+            " (or start from a preset with `extends: NAME`, or give the seeds' shape a `mode:`)"
+            if loc in ("personas", "order")
+            else ""
+        )
         return ConfigError(f"missing required key {loc!r} in {source}{hint}", key=loc)
     msg = err["msg"].removeprefix("Value error, ")
     return ConfigError(f"invalid {loc or 'protocol'} in {source}: {msg}", key=loc or None)
