@@ -296,118 +296,86 @@ async def run_bench(
     items = task.items(config.n, config.seed)
     _check_resume(out, config, resume)
     out.mkdir(parents=True, exist_ok=True)
-    with _out_lock(out):
-        return await _locked_run(
-            config,
-            model,
-            out,
-            resume,
-            task,
-            specs,
-            items,
-            observer,
-            policy,
-            timeout,
-            unit_retries,
-            retry_pause,
-            started,
+    with _out_lock(out):  # held until the last line is written
+        meta = config.model_dump(mode="json") | {
+            "expanded_methods": [s.name for s in specs],
+            "model_name": model.name,
+        }
+        (out / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+        results = out / RESULTS_FILE
+        previous = load_records(results, repair=True) if resume else []
+        done = {(r.item_id, r.method) for r in previous}
+        wanted = {(i.id, s.name) for i in items for s in specs}
+        run = BenchRun(
+            config=config,
+            specs=specs,
+            items=items,
+            resumed=len(done & wanted),
+            model_name=model.name,
+            data_notes=task.data_notes,
         )
+        pending = [(i, s) for i in items for s in specs if (i.id, s.name) not in done]
+        observer.started(len(wanted), run.resumed)
+        ctx = MethodContext(
+            model=model,
+            task=task,
+            seed=config.seed,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            policy=policy or RetryPolicy(),
+        )
+        fresh: list[ItemRecord] = []
+        streak = 0  # failures in a row: a dead endpoint fails every unit, transient faults do not
 
+        async def one_pass(
+            queue: deque[tuple[Item, MethodSpec]], fh: TextIO
+        ) -> list[tuple[Item, MethodSpec, str]]:
+            failed: list[tuple[Item, MethodSpec, str]] = []
 
-async def _locked_run(
-    config: BenchConfig,
-    model: Model,
-    out: Path,
-    resume: bool,
-    task: Task,
-    specs: list[MethodSpec],
-    items: list[Item],
-    observer: RunObserver,
-    policy: RetryPolicy | None,
-    timeout: float | None,
-    unit_retries: int,
-    retry_pause: float,
-    started: float,
-) -> BenchRun:
-    meta = config.model_dump(mode="json") | {
-        "expanded_methods": [s.name for s in specs],
-        "model_name": model.name,
-    }
-    (out / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            async def worker() -> None:
+                nonlocal streak
+                while queue and not run.stopped:
+                    item, spec = queue.popleft()
+                    try:
+                        record = await run_method(spec, item, ctx)
+                    except RunError as err:
+                        message = f"{type(err).__name__}: {err}"
+                        failed.append((item, spec, message))
+                        observer.failed_unit(item.id, spec.name, message)
+                        streak += 1
+                        if streak >= config.max_errors:
+                            run.stopped = True
+                        continue
+                    streak = 0
+                    fh.write(record.model_dump_json() + "\n")
+                    fh.flush()
+                    fresh.append(record)
+                    observer.finished_unit(record)
 
-    results = out / RESULTS_FILE
-    previous = load_records(results, repair=True) if resume else []
-    done = {(r.item_id, r.method) for r in previous}
-    wanted = {(i.id, s.name) for i in items for s in specs}
-    run = BenchRun(
-        config=config,
-        specs=specs,
-        items=items,
-        resumed=len(done & wanted),
-        model_name=model.name,
-        data_notes=task.data_notes,
-    )
-    pending = [(i, s) for i in items for s in specs if (i.id, s.name) not in done]
-    observer.started(len(wanted), run.resumed)
-    ctx = MethodContext(
-        model=model,
-        task=task,
-        seed=config.seed,
-        temperature=config.temperature,
-        max_tokens=config.max_tokens,
-        policy=policy or RetryPolicy(),
-    )
-    fresh: list[ItemRecord] = []
-    streak = 0  # failures in a row: a dead endpoint fails every unit, transient faults do not
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for _ in range(min(config.concurrency, max(1, len(queue)))):
+                        group.create_task(worker())
+            except BaseExceptionGroup as group_error:  # a usage error or a bug: stop, and say which
+                raise group_error.exceptions[0] from None
+            return failed
 
-    async def one_pass(
-        queue: deque[tuple[Item, MethodSpec]], fh: TextIO
-    ) -> list[tuple[Item, MethodSpec, str]]:
-        failed: list[tuple[Item, MethodSpec, str]] = []
+        with results.open("a", encoding="utf-8") as fh:
+            try:
+                async with asyncio.timeout(timeout):
+                    for attempt in range(1 + unit_retries):
+                        failed = await one_pass(deque(pending), fh)
+                        run.failures = [(i.id, s.name, message) for i, s, message in failed]
+                        if not failed or run.stopped or attempt == unit_retries:
+                            break
+                        # Transient faults (a restart, a rate limit) often clear within seconds.
+                        await asyncio.sleep(retry_pause * (attempt + 1))
+                        run.retried += len(failed)
+                        pending = [(i, s) for i, s, _ in failed]
+            except TimeoutError:
+                run.timed_out = True
 
-        async def worker() -> None:
-            nonlocal streak
-            while queue and not run.stopped:
-                item, spec = queue.popleft()
-                try:
-                    record = await run_method(spec, item, ctx)
-                except RunError as err:
-                    message = f"{type(err).__name__}: {err}"
-                    failed.append((item, spec, message))
-                    observer.failed_unit(item.id, spec.name, message)
-                    streak += 1
-                    if streak >= config.max_errors:
-                        run.stopped = True
-                    continue
-                streak = 0
-                fh.write(record.model_dump_json() + "\n")
-                fh.flush()
-                fresh.append(record)
-                observer.finished_unit(record)
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                for _ in range(min(config.concurrency, max(1, len(queue)))):
-                    group.create_task(worker())
-        except BaseExceptionGroup as group_error:  # a usage error or a bug: stop, and say which
-            raise group_error.exceptions[0] from None
-        return failed
-
-    with results.open("a", encoding="utf-8") as fh:
-        try:
-            async with asyncio.timeout(timeout):
-                for attempt in range(1 + unit_retries):
-                    failed = await one_pass(deque(pending), fh)
-                    run.failures = [(i.id, s.name, message) for i, s, message in failed]
-                    if not failed or run.stopped or attempt == unit_retries:
-                        break
-                    # Transient faults (a restart, a rate limit) often clear within seconds.
-                    await asyncio.sleep(retry_pause * (attempt + 1))
-                    run.retried += len(failed)
-                    pending = [(i, s) for i, s, _ in failed]
-        except TimeoutError:
-            run.timed_out = True
-
-    run.records = _select(previous + fresh, items, specs)
-    run.wall_s = time.perf_counter() - started
-    return run
+        run.records = _select(previous + fresh, items, specs)
+        run.wall_s = time.perf_counter() - started
+        return run
