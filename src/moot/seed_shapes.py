@@ -111,13 +111,11 @@ def load_debate_block(
             ignored.append(key)
             _log.warning("%s: %s.%s has no effect (%s)", source, where, key, why)
     preset = data.get("extends")
-    if not infer:
-        pass
-    elif preset is None:
+    if infer and preset is None:
         preset = _preset_for(data, mode)
         if preset is not None:
             data["extends"] = preset
-    elif mode is not None and MODE_PRESETS.get(str(mode)) != preset:
+    elif infer and mode is not None and MODE_PRESETS.get(str(mode)) != preset:
         raise ConfigError(f"mode {mode!r} contradicts extends: {preset}", key="mode")
     return DebateBlock(data=data, preset=None if preset is None else str(preset), ignored=tuple(ignored))
 
