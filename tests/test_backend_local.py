@@ -130,6 +130,19 @@ class TestEmbeddedModel:
         for resp in asyncio.run(both()):
             Verdict.model_validate_json(resp.text)
 
+    def test_speed_is_measured_once_and_sizes_the_default_deadline(self, model: LocalModel) -> None:
+        from moot import Debate
+        from moot.deadline import local_estimate
+        from moot.protocol import load_protocol
+
+        speed = asyncio.run(model.expected_speed())
+        assert speed is not None and speed > 1
+        assert asyncio.run(model.expected_speed()) == speed  # measured once per loaded model
+        deadline = asyncio.run(Debate("answer", model=model).deadline())
+        assert deadline == local_estimate(load_protocol("answer"), speed) > 10  # not the seed's 10 s
+        explicit = asyncio.run(Debate("answer", model=model, overrides={"timeout": 7}).deadline())
+        assert explicit == 7
+
     def test_bad_schema_is_a_model_error(self, model: LocalModel) -> None:
         from moot.errors import ModelError
 
