@@ -14,14 +14,35 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.measure import Measurement
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-__all__ = ["make_console", "print_table"]
+__all__ = ["make_console", "print_table", "progress_bar"]
 
 
 def make_console(*, stderr: bool = False, quiet: bool = False, width: int | None = None) -> Console:
     """A rich Console for the CLI: no emoji codes, no automatic highlighting."""
     return Console(stderr=stderr, quiet=quiet, width=width, emoji=False, highlight=False)
+
+
+def progress_bar(console: Console, *extra: ProgressColumn) -> Progress:
+    """The commands' progress bar: task name, bar, done/total, elapsed time, then ``extra`` columns."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        *extra,
+        console=console,
+        transient=False,
+    )
 
 
 def _natural_width(console: Console, table: Table) -> int:

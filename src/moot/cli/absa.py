@@ -20,7 +20,6 @@ from typing import Annotated, Any, TextIO
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..absa import (
@@ -43,7 +42,7 @@ from ..errors import UsageError
 from ..models import Model, Usage, default_model_spec, run_with_model
 from ..runs import Recording, recording
 from . import _exit
-from ._console import make_console, print_table
+from ._console import make_console, print_table, progress_bar
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["read_inputs", "register"]
@@ -81,17 +80,6 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
     if not out:
         raise UsageError(f"{path} holds no sentences")
     return out
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
 
 
 def _print_result(res: FinalResult, console: Console) -> None:
@@ -134,7 +122,7 @@ async def _batch(
     console: Console,
     rec: Recording,
 ) -> list[FinalResult]:
-    with _progress(console) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task("absa", total=len(items))
 
         def write(i: int, res: FinalResult) -> None:
@@ -221,7 +209,7 @@ def _eval_progress(console: Console, configs: dict[str, Any], n: int) -> Iterato
     if not console.is_terminal:
         yield _ProgressLines(console, dict.fromkeys(configs, n))
         return
-    with _progress(console) as progress:
+    with progress_bar(console) as progress:
         tasks = {name: progress.add_task(name, total=n) for name in configs}
         yield lambda name: progress.advance(tasks[name])
 

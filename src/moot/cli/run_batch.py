@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import TextColumn
 
 from ..engine import Debate
 from ..errors import UsageError
 from ..runs import RunStatus, recording
 from ..transcript import DebateResult
 from . import _exit
+from ._console import progress_bar
 
 __all__ = ["TopicItem", "read_done", "read_topics", "run_batch"]
 
@@ -120,17 +121,6 @@ def read_done(path: Path) -> dict[str, DebateResult]:
     return done
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("[bold]debates"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=console,
-    )
-
-
 def run_batch(
     debate: Debate,
     items: list[TopicItem],
@@ -159,7 +149,10 @@ def run_batch(
 
     async def main() -> None:
         gate = asyncio.Semaphore(concurrency)
-        with output.open("a", encoding="utf-8") as out, _progress(console) as progress:
+        with (
+            output.open("a", encoding="utf-8") as out,
+            progress_bar(console, TextColumn("{task.fields[status]}")) as progress,
+        ):
             task = progress.add_task("debates", total=len(todo), status="")
 
             async def one(item: TopicItem) -> None:
