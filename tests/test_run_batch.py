@@ -148,6 +148,16 @@ def test_batch_flags_need_each_other(
     assert "--input needs --output" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["missing/r.jsonl", "."])
+def test_output_in_a_missing_folder_or_a_folder_is_refused(
+    where: str, model: FunctionModel, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "--input", str(_topics(tmp_path, "A?")), "--output", str(tmp_path / where)]
+    assert main([*argv, "--model", "fake:x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("moot: error: --output") and err.count("\n") == 1 and not model.requests
+
+
 def test_output_that_is_not_results_is_refused(
     model: FunctionModel, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

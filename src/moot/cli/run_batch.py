@@ -96,8 +96,11 @@ def read_done(path: Path) -> dict[str, DebateResult]:
     so the next line appended starts clean, and its item runs again.
 
     Raises:
-        UsageError: the path is not a file of results (a bad line other than the last).
+        UsageError: the path is not a file of results (a bad line other than the last), or its
+            folder does not exist.
     """
+    if not path.parent.is_dir():  # checked before any debate runs, not when the first one ends
+        raise UsageError(f"--output {path}: the folder {path.parent} does not exist")
     if not path.exists():
         return {}
     if not path.is_file():
