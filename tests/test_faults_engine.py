@@ -225,3 +225,28 @@ def test_run_ids_are_unique_uuids() -> None:
     debate = Debate("answer", model=SchemaModel())
     ids = {run_debate(debate).id for _ in range(3)}
     assert len(ids) == 3 and all(len(i) == 12 for i in ids)
+
+
+def test_leaving_a_stream_early_cancels_and_awaits_the_run(loop_errors: list[dict[str, Any]]) -> None:
+    model = SchemaModel(delay=0.05)
+    debate = Debate("answer", model=model)
+
+    async def first_two() -> list[str]:
+        kinds = []
+        stream = debate.stream("Q?")
+        async for event in stream:
+            kinds.append(event.kind)
+            if len(kinds) == 2:
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+        # The run was cancelled and awaited: no task but this one is left.
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        return kinds
+
+    assert asyncio.run(first_two()) == ["debate_started", "turn_started"]
+    calls = len(model.requests)
+    assert calls <= 2
+    import gc
+
+    gc.collect()
+    assert loop_errors == []

@@ -168,3 +168,24 @@ def test_cli_run_against_a_dripping_server_is_bounded_per_request(
     turns = [t for r in result["rounds"] for t in r["turns"]]
     assert any(t["error_kind"] == "ModelTimeoutError" for t in turns)
     assert result["usage"]["attempts"] == requests
+
+
+@pytest.mark.usefixtures("allow")
+@pytest.mark.parametrize("http", ["lean", "sdk"])
+def test_refused_connections_are_not_counted_as_requests_sent(http: str) -> None:
+    from fault_server import free_port
+    from moot.errors import ModelConnectionError
+
+    model = OpenAIModel("m", base_url=f"http://127.0.0.1:{free_port()}/v1", http=http)  # type: ignore[arg-type]
+    stats = CallStats()
+
+    async def go() -> None:
+        try:
+            await call_model(model, STRUCTURED, RetryPolicy(max_retries=2, base_delay=0), stats=stats)
+        finally:
+            await model.aclose()
+
+    with pytest.raises(ModelConnectionError) as info:
+        asyncio.run(go())
+    assert not info.value.sent
+    assert stats.usage.attempts == 0  # three tries, none reached a server: its log would be empty

@@ -171,7 +171,11 @@ class Debate:
         return asyncio.run(main())
 
     async def stream(self, topic: str, **kwargs: Any) -> AsyncIterator[Event]:
-        """Run the debate, yielding events as they happen; the last is ``debate_completed``."""
+        """Run the debate, yielding events as they happen; the last is ``debate_completed``.
+
+        Leaving the loop early (``break``, or closing the iterator) cancels the run and
+        awaits it, so no task is left behind.
+        """
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
 
         async def push(event: Event) -> None:
@@ -189,5 +193,6 @@ class Debate:
                 yield event
             await task  # re-raise a usage error from run()
         finally:
-            if not task.done():
+            if not task.done():  # the consumer stopped early: stop the run and wait for it to unwind
                 task.cancel()
+                await asyncio.gather(task, return_exceptions=True)

@@ -44,10 +44,28 @@ __all__ = [
     "RunError",
     "UnknownProviderError",
     "UsageError",
+    "never_sent",
     "redact",
 ]
 
 REDACTED = "***"
+
+#: Exception class names (httpx, httpx2, aiohttp) that mean a connection was never made,
+#: so no request reached the server; SDKs wrap them in their own connection errors.
+_NEVER_CONNECTED = frozenset({"ConnectError", "ConnectTimeout", "ClientConnectorError"})
+
+
+def never_sent(err: BaseException) -> bool:
+    """Whether ``err`` (or what it wraps) says the connection was never made."""
+    seen: BaseException | None = err
+    for _ in range(8):  # exception chains are short; the bound guards against a cycle
+        if seen is None:
+            return False
+        if type(seen).__name__ in _NEVER_CONNECTED:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
 
 #: A credential header or field and its value, as servers echo them: ``Authorization: Bearer X``,
 #: ``"api-key": "X"``, ``x-api-key=X``. The value ends at whitespace, a quote, a comma or a brace.

@@ -24,6 +24,7 @@ from ..errors import (
     ModelError,
     ModelHTTPError,
     ModelResponseError,
+    never_sent,
     redact,
 )
 from ._sdk import SDKModel
@@ -62,7 +63,7 @@ def map_anthropic_error(err: Exception, model: str, secrets: Iterable[str | None
             retry_after=parse_retry_after(headers),
         )
     if isinstance(err, anthropic.APIConnectionError):  # APITimeoutError is a subclass
-        return ModelConnectionError(redact(f"{model}: {err}", secrets), model=model)
+        return ModelConnectionError(redact(f"{model}: {err}", secrets), model=model, sent=not never_sent(err))
     if isinstance(err, json.JSONDecodeError | anthropic.APIResponseValidationError):
         return ModelResponseError(redact(f"{model}: unreadable response body: {err}", secrets), model=model)
     return ModelError(redact(f"{model}: {type(err).__name__}: {err}", secrets), model=model)

@@ -58,6 +58,7 @@ from ..errors import (
     ModelResponseError,
     ModelTimeoutError,
     UsageError,
+    never_sent,
     redact,
 )
 from ._http import LeanTransport, RawResponse, TransportError, json_headers
@@ -178,7 +179,7 @@ def map_openai_error(err: Exception, model: str, secrets: Iterable[str | None] =
         headers = getattr(err.response, "headers", None)
         return http_error(err.status_code, _status_body(err), headers, model, secrets)
     if isinstance(err, openai.APIConnectionError):  # APITimeoutError is a subclass
-        return ModelConnectionError(redact(f"{model}: {err}", secrets), model=model)
+        return ModelConnectionError(redact(f"{model}: {err}", secrets), model=model, sent=not never_sent(err))
     if isinstance(err, json.JSONDecodeError | openai.APIResponseValidationError):
         # A 200 whose body was cut short or mangled (a proxy, a crashed worker): transient.
         return ModelResponseError(redact(f"{model}: unreadable response body: {err}", secrets), model=model)
