@@ -147,7 +147,8 @@ def _eval_recorder(
     def done(name: str, i: int, res: FinalResult) -> None:
         gold = items[i]
         data = {"gold": gold.model_dump(mode="json"), "result": res.model_dump(mode="json")}
-        rec.item(gold.id, data, part=name, correct=None if res.failed else res.label == gold.label)
+        unscored = res.failed or gold.label is None  # no gold label: nothing to be right about
+        rec.item(gold.id, data, part=name, correct=None if unscored else res.label == gold.label)
         advance(name)
 
     return done
