@@ -179,3 +179,13 @@ def test_gsm8k_format_file_loads_and_scores() -> None:
     item = items["g3"]
     assert task.is_correct(task.parse("4 * 8 = 32, 2 * 3 = 6. The answer is \\boxed{38}.", item).value, item)
     assert task.parse("4 * 8 = 32, 2 * 3 = 6, so 32 +", item, truncated=True).failed
+
+
+def test_csv_with_a_bom_and_capitalised_headers(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text('\ufeffQuestion,Choices,Answer\nTwo?,"[""1"", ""2""]",B\n', encoding="utf-8")
+    (item,) = make_task(f"mcq:{path}").items(None, 0)
+    assert (item.gold, item.letters, item.id) == ("B", "AB", "mcq-2")
+    jsonl = _write(tmp_path / "a.jsonl", [{"id": "s", "sentence": "Tea.", "aspects": []}])
+    jsonl.write_bytes(b"\xef\xbb\xbf" + jsonl.read_bytes())
+    assert [i.id for i in read_dataset(jsonl).items] == ["s"]

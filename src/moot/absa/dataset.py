@@ -200,7 +200,7 @@ def read_dataset(
         if path is None:
             text = resources.files("moot").joinpath("data/absa_sentences.jsonl").read_text("utf-8")
         else:
-            text = Path(name).read_text("utf-8")
+            text = Path(name).read_text("utf-8-sig")  # a BOM, as some editors write, is no part of line 1
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read dataset {name}: {exc}") from None
     source = name or "dataset"

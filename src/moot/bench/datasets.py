@@ -43,7 +43,7 @@ def read_rows(path: Path, kind: str) -> list[tuple[int, dict[str, Any]]]:
         UsageError: a line that is not a JSON object, an unreadable file, or no rows at all.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # spreadsheet exports start with a BOM
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"cannot read {kind} data file {path}: {err}") from None
     rows = _csv_rows(text) if path.suffix.lower() == ".csv" else jsonl_rows(text, path)
@@ -76,7 +76,8 @@ def _csv_rows(text: str) -> list[tuple[int, dict[str, Any]]]:
     table = [r for r in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in r)]
     if not table:
         return []
-    header = [h.strip() for h in table[0]]
+    # "Question", "Answer" as some exports write them; single letters (option columns) stay upper case.
+    header = [h.strip() if len(h.strip()) == 1 else h.strip().lower() for h in table[0]]
     if "question" in header:
         return [(i + 2, dict(zip(header, r, strict=False))) for i, r in enumerate(table[1:])]
     # MMLU's own CSV files have no header: question, the options, the answer letter.
