@@ -254,3 +254,18 @@ def test_rescore_parses_stored_replies_again_like_a_live_run(tmp_path: Path) -> 
     )
     with pytest.raises(UsageError, match="cannot be rescored"):
         rescore(preset, items[preset.item_id], task)
+
+
+def test_a_preset_cut_off_by_its_deadline_before_any_turn_is_a_failed_unit() -> None:
+    from moot.engine import Debate
+    from moot.errors import RunError
+
+    async def go() -> None:
+        hung = FunctionModel(lambda request: {"answer": "(1)", "confidence": 0.5}, delay=30)
+        ctx = MethodContext(model=hung, task=ArithmeticTask())
+        ctx._debates["answer"] = Debate("answer", model=hung, overrides={"timeout": 0.2})
+        item = ArithmeticTask().items(1, 0)[0]
+        with pytest.raises(RunError, match="no turn finished"):
+            await asyncio.wait_for(run_method(parse_method("answer"), item, ctx), 10)
+
+    asyncio.run(go())

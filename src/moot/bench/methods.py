@@ -348,9 +348,13 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
     result = await debate.run(item.prompt)
     # An outage (unreachable endpoint, refused key, a server failing past its retries) means the
     # method did not run as specified: a failed unit that --resume retries, never a wrong answer.
-    outage = [t for t in result.turns(include_judge=True) if t.error_kind in _BACKEND_FAILURES]
+    turns = result.turns(include_judge=True)
+    outage = [t for t in turns if t.error_kind in _BACKEND_FAILURES]
     if outage:
         raise RunError(f"preset {spec.name}: the backend failed on {len(outage)} turns: {outage[0].error}")
+    # A deadline that cut every turn short (a hung server) measured nothing either.
+    if result.fallback and not any(t.ok for t in turns) and all(t.cancelled for t in turns):
+        raise RunError(f"preset {spec.name}: no turn finished ({result.fallback})")
     order = {key: i for i, key in enumerate(debate.protocol.speakers())}
     answer_field = debate.protocol.answer_field
     rounds: list[list[AgentAnswer]] = []
