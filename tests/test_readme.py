@@ -85,7 +85,10 @@ def test_synopsis_matches_help() -> None:
         known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
         for param in command.params:
             if param.param_type_name == "option" and "--help" not in param.opts:
-                assert param.opts[0] in text, f"moot {path}: {param.opts[0]} is not in the synopsis"
+                assert param.opts[0] in text, (
+                    f"moot {path} has {param.opts[0]}, which the README's synopsis (```text block under"
+                    f" ## Command line) does not list: add it there, and say what it does below it"
+                )
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", text):
             assert flag in known, f"moot {path}: the synopsis has {flag}, which --help does not"
     root = typer.main.get_command(app)
