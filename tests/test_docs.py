@@ -33,6 +33,9 @@ DOCS = sorted((ROOT / "docs").rglob("*.md"))
 def test_every_example_input_is_read_by_its_command() -> None:
     assert load_context(INPUTS / "context.json")["docs"][0]["id"] == "optics"
     assert "invoice export" in load_context(INPUTS / "context.txt")
+    annotation = load_context(INPUTS / "annotation.json")
+    sentence = "The pasta was great but the service was slow."
+    assert all(sentence[a["start"] : a["end"]] == a["term"] for a in annotation["ate"]["aspects"])
     assert load_protocol(INPUTS / "protocol.yaml").name == "two-sides"
     assert load_protocol("panel", load_protocol_overrides("overrides.yaml")).speakers() == [
         "critic",
