@@ -195,7 +195,11 @@ def bench(
     store: StoreOption = None,
     no_store: NoStoreOption = False,
 ) -> None:
-    """Benchmark methods on a task: accuracy with intervals, cost, flips and paired tests."""
+    """Benchmark methods on a task: accuracy with intervals, cost, flips and paired tests.
+
+    Exit codes: 0 complete; 1 incomplete (failed units, --timeout);
+    2 usage error (bad option or data, --out in use); 130 Ctrl-C or SIGTERM.
+    """
     console = make_console(stderr=True)
     given = {f: _given(ctx, f) for f in RECORDED_OPTIONS}
     given["methods"] = any(_given(ctx, f) for f in _METHOD_FLAGS)
