@@ -12,6 +12,8 @@ The public API is listed in ``__all__``; everything else may change.
 
 from __future__ import annotations
 
+import logging
+
 from .engine import Debate, DebateRun, EventCallback
 from .errors import (
     BudgetExceeded,
@@ -23,6 +25,8 @@ from .errors import (
     ModelError,
     ModelHTTPError,
     ModelRequestsBlocked,
+    ModelResponseError,
+    ModelTimeoutError,
     MootError,
     OutputValidationError,
     RunError,
@@ -35,6 +39,10 @@ from .structured import ask
 from .transcript import DebateResult, Decision, Event, Persona, Round, Turn
 
 __version__ = "0.1.0"
+
+# Failed turns and backend errors are logged under "moot" (they are in the results too); a
+# library stays quiet unless the application configures logging, so no stray stderr lines.
+logging.getLogger("moot").addHandler(logging.NullHandler())
 
 __all__ = [
     "BudgetExceeded",
@@ -56,6 +64,8 @@ __all__ = [
     "ModelRequest",
     "ModelRequestsBlocked",
     "ModelResponse",
+    "ModelResponseError",
+    "ModelTimeoutError",
     "MootError",
     "OutputValidationError",
     "Persona",
