@@ -1,0 +1,96 @@
+"""Reaching Ray: the lazy import, the address forms, and a quiet, offline start."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+
+__all__ = ["RAY_EXTRA", "RayOptions", "connect", "import_ray"]
+
+RAY_EXTRA = "pip install 'moot[ray]'"
+"""How to install what ``--ray`` needs."""
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where and how wide to run on Ray.
+
+    Attributes:
+        address: ``local`` starts a cluster on this machine for this run; ``auto`` joins the
+            cluster already running here (``ray start --head``) or starts one; anything else
+            is the address of a running cluster (``HOST:6379`` or ``ray://HOST:10001``).
+        workers: Ray workers (one actor each, one CPU each); None: one per CPU of the cluster.
+        concurrency: units in flight on each worker.
+        start_timeout: seconds the workers may take to start (and load their model).
+    """
+
+    address: str = "local"
+    workers: int | None = None
+    concurrency: int = 1
+    start_timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not self.address.strip():
+            raise UsageError("--ray: empty address; use local, auto or HOST:PORT")
+        if self.workers is not None and self.workers < 1:
+            raise UsageError(f"--ray-workers must be at least 1, not {self.workers}")
+        if self.concurrency < 1:
+            raise UsageError(f"per-worker concurrency must be at least 1, not {self.concurrency}")
+
+
+def import_ray() -> Any:
+    """Import Ray, or fail with a :class:`UsageError` that names the extra to install."""
+    try:
+        import ray
+    except ImportError as err:
+        raise UsageError(f"--ray needs Ray, which is not installed ({err}): {RAY_EXTRA}") from None
+    return ray
+
+
+def _start_options(workers: int | None) -> dict[str, Any]:
+    # One CPU per worker actor: ask for as many as the run wants even on a smaller machine.
+    return {
+        "num_cpus": max(os.cpu_count() or 1, workers or 0),
+        "include_dashboard": False,  # no web server, no port, nothing fetched
+    }
+
+
+@contextlib.contextmanager
+def connect(options: RayOptions) -> Iterator[Any]:
+    """Yield the ``ray`` module connected as ``options`` say; disconnect after if this call connected.
+
+    A Ray session the caller already opened (``ray.init`` in a script or a test) is used as is.
+
+    Raises:
+        UsageError: Ray is missing, or the cluster cannot be reached or started.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    # Ray reports usage to its authors unless told not to; a run must work offline and say nothing.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+    address = options.address.strip()
+    try:
+        if address == "local":
+            ray.init(address="local", **_start_options(options.workers), **quiet)
+        elif address == "auto":
+            try:
+                ray.init(address="auto", **quiet)
+            except ConnectionError:  # no cluster running here: start one
+                ray.init(address="local", **_start_options(options.workers), **quiet)
+        else:
+            ray.init(address=address, **quiet)
+    except (ConnectionError, ValueError, RuntimeError) as err:
+        raise UsageError(f"--ray {address}: cannot reach or start the Ray cluster: {err}") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

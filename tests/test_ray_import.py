@@ -1,0 +1,55 @@
+"""Without --ray, Ray is never imported; with it but without Ray installed, one line names the extra."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moot.errors import UsageError
+from moot.scale import RAY_EXTRA, RayOptions, import_ray
+
+_SCRIPT = """
+import sys
+from moot.cli import main
+code = main(["bench", "--model", "test", "--methods", "single", "--n", "2", "--no-plots",
+             "--out", sys.argv[1], "--no-store"])
+print("exit", code, "ray imported" if "ray" in sys.modules else "ray not imported")
+"""
+
+
+def test_a_bench_without_ray_never_imports_it(tmp_path: Path) -> None:
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = os.environ | {"PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.stdout.strip().splitlines()[-1] == "exit 0 ray not imported", done.stderr
+    assert (tmp_path / "out" / "report.md").is_file()
+
+
+def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(UsageError, match=r"moot\[ray\]") as err:
+        import_ray()
+    assert RAY_EXTRA in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"address": " "}, "empty address"),
+        ({"workers": 0}, "--ray-workers"),
+        ({"concurrency": 0}, "per-worker"),
+    ],
+)
+def test_bad_options_are_usage_errors(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        RayOptions(**kwargs)  # type: ignore[arg-type]
