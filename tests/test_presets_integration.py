@@ -58,9 +58,13 @@ def run_preset(name: str, model: Any) -> None:
         # every call is accounted for with the backend's own token counts; repairs add calls
         assert calls <= result.usage.calls <= 2 * calls
     else:
-        # e.g. `answer` falls back on a failed turn (seed 000) and cancels the sibling turn;
-        # the failure must be recorded, never invented, and the fallback must say why
-        assert result.failed_turns >= 1 and result.fallback
+        # e.g. `answer` falls back on a failed turn (seed 000) and cancels the sibling turn, or
+        # the model-sized deadline passes on a loaded machine and the turn in flight is kept,
+        # marked cancelled; either way the cause is recorded, never invented, and the
+        # fallback says why
+        assert result.fallback
+        if result.failed_turns == 0:
+            assert result.cancelled_turns >= 1 and result.fallback.startswith("timeout"), result.fallback
         assert 1 <= result.usage.calls <= 2 * calls
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
     for turn in result.turns(include_judge=True):
