@@ -7,9 +7,11 @@ bodies on both sides, no SDK), the client's CPU per call was:
 =============  ============  ============  ============
 in flight      30            100           300
 =============  ============  ============  ============
-aiohttp 3.14   0.28 ms       0.32 ms       0.20-0.27 ms
-httpx 0.28     1.5 ms        12.9 ms       11.0 ms
+aiohttp 3.14   0.25-0.28 ms  0.19-0.32 ms  0.17-0.27 ms
+httpx 0.28     1.5-1.9 ms    9.3-12.9 ms   11.0-12.1 ms
 =============  ============  ============  ============
+
+(two runs, load average 3-8 on the 2 cores; ``bench/results/http_clients.txt``).
 
 httpx's connection pool (httpcore) walks its connection list for every request
 and every release, so its cost grows with the number of calls in flight: at
