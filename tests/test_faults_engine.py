@@ -250,3 +250,12 @@ def test_leaving_a_stream_early_cancels_and_awaits_the_run(loop_errors: list[dic
 
     gc.collect()
     assert loop_errors == []
+
+
+def test_a_callback_timeout_error_is_not_mistaken_for_the_deadline() -> None:
+    def on_event(event: Event) -> None:
+        if event.kind == "turn_completed":
+            raise TimeoutError("the callback's own")
+
+    with pytest.raises(TimeoutError, match="the callback's own"):
+        run_debate(Debate("answer", model=SchemaModel()), on_event=on_event)

@@ -108,13 +108,14 @@ class DebateRun:
     async def _guard(self, step: Awaitable[Any]) -> Any:
         """Run one step under the deadline; turn run-time failures into ``fallback``."""
         try:
-            async with asyncio.timeout_at(self._deadline):
+            async with asyncio.timeout_at(self._deadline) as scope:
                 return await step
         except TimeoutError:
-            if self._deadline is not None and asyncio.get_running_loop().time() >= self._deadline:
-                self._stop(f"timeout: the debate exceeded {self.result.timings.deadline_s:g} s")
-            else:  # a TimeoutError raised by a backend, not our deadline
-                self._stop("timeout: a model call timed out")
+            if not scope.expired():
+                # Not our deadline: backends' errors are failed turns already (structured.ask), so
+                # this came from elsewhere, e.g. an on_event callback, and belongs to the caller.
+                raise
+            self._stop(f"timeout: the debate exceeded {self.result.timings.deadline_s:g} s")
         except BudgetExceeded as exc:
             self._stop(f"budget: {exc}")
         except _Stop as exc:
