@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 try:
     import fcntl
@@ -61,6 +61,7 @@ __all__ = [
     "BenchConfig",
     "BenchRun",
     "RunObserver",
+    "UnitRunner",
     "expand_methods",
     "load_records",
     "run_bench",
@@ -164,6 +165,21 @@ class RunObserver:
         """A unit failed (not written; a resume retries it)."""
 
 
+class UnitRunner(Protocol):
+    """Runs units somewhere else (:mod:`moot.scale`: on Ray workers); the runner keeps the rest."""
+
+    @property
+    def slots(self) -> int:
+        """Units to keep in flight."""
+
+    @property
+    def model_name(self) -> str:
+        """The name the backend reports."""
+
+    async def run_unit(self, spec: MethodSpec, item: Item) -> ItemRecord:
+        """Run one unit, as :func:`~moot.bench.methods.run_method` (raising ``RunError`` the same)."""
+
+
 @dataclass
 class BenchRun:
     """The outcome of :func:`run_bench`.
@@ -181,6 +197,7 @@ class BenchRun:
         wall_s: elapsed seconds of this invocation.
         model_name: the name the backend reports (``config.model`` is the spec asked for).
         data_notes: what reading the data left out, and why (the task's notes).
+        workers: per-worker counts when the units ran on Ray workers (:mod:`moot.scale`).
     """
 
     config: BenchConfig
@@ -195,6 +212,7 @@ class BenchRun:
     wall_s: float = 0.0
     model_name: str = ""
     data_notes: tuple[str, ...] = ()
+    workers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -259,7 +277,7 @@ def _select(records: list[ItemRecord], items: list[Item], specs: list[MethodSpec
 async def run_bench(
     config: BenchConfig,
     *,
-    model: Model,
+    model: Model | None = None,
     out: str | Path,
     resume: bool = False,
     task: Task | None = None,
@@ -268,6 +286,7 @@ async def run_bench(
     timeout: float | None = None,
     unit_retries: int = 2,
     retry_pause: float = 2.0,
+    units: UnitRunner | None = None,
 ) -> BenchRun:
     """Run (or continue) a benchmark and return every record of its items and methods.
 
@@ -283,12 +302,16 @@ async def run_bench(
             dropped (not written) and the run returns incomplete (``timed_out``).
         unit_retries: passes over the failed units after the first one (see the module docstring).
         retry_pause: seconds before the first retry pass (doubled, tripled... for later ones).
+        units: run the units there instead of with ``model`` here (then ``model`` is not used
+            and ``units.slots`` units are in flight).
 
     Raises:
         UsageError: bad task or methods, results in ``out`` without ``resume``, a resume with a
             different configuration, a damaged results file, or another process writing to ``out``.
     """
     started = time.perf_counter()
+    if model is None and units is None:
+        raise TypeError("run_bench needs a model, or units to run them elsewhere")
     out = Path(out)
     observer = observer or RunObserver()
     task = task or make_task(config.task, exclude_conflict=config.exclude_conflict)
@@ -297,9 +320,10 @@ async def run_bench(
     _check_resume(out, config, resume)
     out.mkdir(parents=True, exist_ok=True)
     with _out_lock(out):  # held until the last line is written
+        model_name = units.model_name if units is not None else model.name if model is not None else ""
         meta = config.model_dump(mode="json") | {
             "expanded_methods": [s.name for s in specs],
-            "model_name": model.name,
+            "model_name": model_name,
         }
         (out / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
@@ -312,19 +336,28 @@ async def run_bench(
             specs=specs,
             items=items,
             resumed=len(done & wanted),
-            model_name=model.name,
+            model_name=model_name,
             data_notes=task.data_notes,
         )
         pending = [(i, s) for i in items for s in specs if (i.id, s.name) not in done]
         observer.started(len(wanted), run.resumed)
-        ctx = MethodContext(
-            model=model,
-            task=task,
-            seed=config.seed,
-            temperature=config.temperature,
-            max_tokens=config.max_tokens,
-            policy=policy or RetryPolicy(),
-        )
+        if units is not None:
+            execute, width = units.run_unit, units.slots
+        else:
+            assert model is not None
+            ctx = MethodContext(
+                model=model,
+                task=task,
+                seed=config.seed,
+                temperature=config.temperature,
+                max_tokens=config.max_tokens,
+                policy=policy or RetryPolicy(),
+            )
+
+            async def execute(spec: MethodSpec, item: Item) -> ItemRecord:
+                return await run_method(spec, item, ctx)
+
+            width = config.concurrency
         fresh: list[ItemRecord] = []
         streak = 0  # failures in a row: a dead endpoint fails every unit, transient faults do not
 
@@ -338,7 +371,7 @@ async def run_bench(
                 while queue and not run.stopped:
                     item, spec = queue.popleft()
                     try:
-                        record = await run_method(spec, item, ctx)
+                        record = await execute(spec, item)
                     except RunError as err:
                         message = f"{type(err).__name__}: {err}"
                         failed.append((item, spec, message))
@@ -355,7 +388,7 @@ async def run_bench(
 
             try:
                 async with asyncio.TaskGroup() as group:
-                    for _ in range(min(config.concurrency, max(1, len(queue)))):
+                    for _ in range(min(width, max(1, len(queue)))):
                         group.create_task(worker())
             except BaseExceptionGroup as group_error:  # a usage error or a bug: stop, and say which
                 raise group_error.exceptions[0] from None

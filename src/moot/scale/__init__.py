@@ -6,6 +6,23 @@ Importing this package does not import Ray; Ray is imported when a run asks for 
 
 from __future__ import annotations
 
-from ._cluster import RAY_EXTRA, RayOptions, import_ray
+from ._bench import BenchJob, ModelLike, run_bench_ray
+from ._cluster import RAY_EXTRA, RayOptions, connect, import_ray
+from ._pool import MAX_DEATHS, WorkerPool, WorkerStats, worker_pool
+from ._worker import Job, ModelSource
 
-__all__ = ["RAY_EXTRA", "RayOptions", "import_ray"]
+__all__ = [
+    "MAX_DEATHS",
+    "RAY_EXTRA",
+    "BenchJob",
+    "Job",
+    "ModelLike",
+    "ModelSource",
+    "RayOptions",
+    "WorkerPool",
+    "WorkerStats",
+    "connect",
+    "import_ray",
+    "run_bench_ray",
+    "worker_pool",
+]

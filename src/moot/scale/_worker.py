@@ -1,0 +1,94 @@
+"""What runs inside a Ray worker: its model, and the jobs it runs unit by unit.
+
+A worker is one actor with its own event loop and its own model, built once when the
+actor starts: the embedded model loaded once per actor, an HTTP backend with its own
+connection pool. Everything here is pickled to the workers, so it holds data, never
+driver state.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import MootError
+from ..models import register_provider, resolve_model
+from ..models.base import Model
+
+__all__ = ["Failed", "Job", "ModelSource", "Worker"]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """How a worker builds its model.
+
+    Attributes:
+        spec: a model spec (``local``, ``openai:MODEL``...), resolved on the worker.
+        factory: instead of ``spec``, a picklable ``factory()`` returning the model.
+        providers: providers registered on the driver by code (``register_provider``),
+            registered on the worker too so their specs resolve there.
+        max_concurrency: requests in flight at the worker's backend (None: its own).
+    """
+
+    spec: str | None = None
+    factory: Callable[[], Model] | None = None
+    providers: dict[str, Callable[[str], Model]] = field(default_factory=dict)
+    max_concurrency: int | None = None
+
+    def build(self) -> Model:
+        """The model, on the worker."""
+        for name, provider in self.providers.items():
+            register_provider(name, provider)
+        model = self.factory() if self.factory is not None else resolve_model(self.spec)
+        if self.max_concurrency is not None:
+            model.max_concurrency = self.max_concurrency
+        return model
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A unit that failed on a worker with a moot error; the driver raises ``error`` again."""
+
+    error: MootError
+
+
+class Job(ABC):
+    """Work a worker does unit by unit with its model (a bench unit, an ABSA sentence)."""
+
+    @abstractmethod
+    async def run(self, model: Model, unit: Any) -> Any:
+        """Run one unit; a :class:`MootError` is sent back to the driver as a :class:`Failed`."""
+
+
+class Worker:
+    """The body of a Ray worker actor (made remote by the pool, so this module needs no Ray)."""
+
+    def __init__(self, source: ModelSource, job: Job) -> None:
+        self.source = source
+        self.job = job
+        self.model: Model | None = None
+
+    async def ready(self) -> dict[str, Any]:
+        """Build the model (once) and say where this worker runs and what model it has."""
+        if self.model is None:
+            self.model = self.source.build()
+        return {"node": socket.gethostname(), "pid": os.getpid(), "model": self.model.name}
+
+    async def run(self, unit: Any) -> Any:
+        """Run one unit of the job."""
+        if self.model is None:
+            await self.ready()
+        assert self.model is not None
+        try:
+            return await self.job.run(self.model, unit)
+        except MootError as err:  # sent back as a value: Ray would wrap a raised one in its own error
+            return Failed(err)
+
+    async def close(self) -> None:
+        """Release the model's loop-bound resources (HTTP pools) before the actor goes."""
+        if self.model is not None:
+            await self.model.aclose()

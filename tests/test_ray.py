@@ -1,0 +1,122 @@
+"""moot on a local in-process Ray cluster (2 CPUs): same results as without Ray, nothing lost or doubled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from moot.bench.runner import BenchConfig, load_records, run_bench
+from moot.models import FunctionModel, ModelRequest
+from moot.scale import RayOptions, run_bench_ray
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'moot[ray]')")
+
+_EXPR = re.compile(r"result of ([0-9+*\-]+)\?")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster() -> Iterator[None]:
+    """One local cluster for the module (starting one takes seconds); no dashboard, no network."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # The models below are functions of this test module, which workers cannot import: send them by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def _answer(request: ModelRequest) -> str:
+    """Right or wrong by (item, agent, round): deterministic, so runs can be compared record by record."""
+    match = _EXPR.search(request.messages[0].content)
+    assert match
+    a, b, c, d, e, f = (int(x) for x in re.findall(r"\d+", match.group(1)))
+    gold = a + b * c + d - e * f
+    item = int(str(request.metadata["item"]).rsplit("-", 1)[1])
+    agent = int(str(request.metadata["speaker"]).removeprefix("agent"))
+    right = (item + agent + int(request.metadata["round"])) % 3 != 0
+    return f"The result is ({gold if right else gold + 1})."
+
+
+def oracle() -> FunctionModel:
+    return FunctionModel(_answer, delay=0.01)
+
+
+def _dying_oracle(flag: str) -> FunctionModel:
+    """The worker that first reaches item 5 dies there (its process exits), once in the whole run."""
+
+    def fn(request: ModelRequest) -> str:
+        if str(request.metadata["item"]).endswith("-5"):
+            try:
+                os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                os._exit(1)
+        return _answer(request)
+
+    return FunctionModel(fn, delay=0.01)
+
+
+def _comparable(path: Path) -> list[dict[str, Any]]:
+    records = sorted(load_records(path / "results.jsonl"), key=lambda r: (r.item_id, r.method))
+    return [r.model_dump(exclude={"wall_s"}) for r in records]
+
+
+CONFIG = BenchConfig(task="arithmetic", methods=["single", "vote:3", "society:2:2"], n=6, seed=3)
+
+
+def test_bench_on_ray_matches_the_single_machine_run(tmp_path: Path) -> None:
+    here = asyncio.run(run_bench(CONFIG, model=oracle(), out=tmp_path / "here"))
+    there = asyncio.run(
+        run_bench_ray(CONFIG, model=oracle, out=tmp_path / "ray", ray=RayOptions(workers=2, concurrency=2))
+    )
+    assert there.complete and not there.failures
+    assert _comparable(tmp_path / "ray") == _comparable(tmp_path / "here")
+    assert [r.item_id for r in there.records] == [r.item_id for r in here.records]
+    lines = (tmp_path / "ray" / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 18  # 6 items x 3 methods, each once
+    assert [w["worker"] for w in there.workers] == ["w0", "w1"]
+    assert sum(w["units"] for w in there.workers) == 18
+    assert all(w["units"] > 0 and not w["died"] for w in there.workers)
+    assert there.model_name == here.model_name
+
+
+def test_resume_on_ray_runs_only_the_missing_units(tmp_path: Path) -> None:
+    small = CONFIG.model_copy(update={"n": 3})
+    asyncio.run(run_bench(small, model=oracle(), out=tmp_path / "out"))
+    run = asyncio.run(
+        run_bench_ray(CONFIG, model=oracle, out=tmp_path / "out", resume=True, ray=RayOptions(workers=2))
+    )
+    assert run.complete and run.resumed == 9
+    assert sum(w["units"] for w in run.workers) == 9
+    assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 18
+    asyncio.run(run_bench(CONFIG, model=oracle(), out=tmp_path / "here"))
+    assert _comparable(tmp_path / "out") == _comparable(tmp_path / "here")
+
+
+def test_a_worker_killed_mid_run_loses_only_its_units(tmp_path: Path) -> None:
+    flag = str(tmp_path / "died")
+    run = asyncio.run(
+        run_bench_ray(
+            CONFIG,
+            model=lambda: _dying_oracle(flag),
+            out=tmp_path / "ray",
+            ray=RayOptions(workers=2, concurrency=2),
+        )
+    )
+    assert Path(flag).exists()  # a worker did die
+    assert run.complete and not run.failures
+    assert len((tmp_path / "ray" / "results.jsonl").read_text().splitlines()) == 18
+    died = [w for w in run.workers if w["died"]]
+    assert len(died) == 1
+    assert len(run.workers) == 3  # a replacement was started
+    assert sum(w["units"] for w in run.workers) == 18
+    asyncio.run(run_bench(CONFIG, model=oracle(), out=tmp_path / "here"))
+    assert _comparable(tmp_path / "ray") == _comparable(tmp_path / "here")
