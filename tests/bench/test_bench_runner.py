@@ -203,3 +203,13 @@ def test_a_damaged_line_in_the_middle_is_an_error(tmp_path: Path) -> None:
     path.write_text('{"broken\n{"also": 1}\n', encoding="utf-8")
     with pytest.raises(UsageError, match=":1:"):
         load_records(path)
+
+
+def test_an_out_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "taken"
+    blocker.write_text("not a directory", encoding="utf-8")
+    config = BenchConfig(task="arithmetic", methods=["single"], n=1)
+    with pytest.raises(UsageError, match="cannot use --out .*taken: File exists"):
+        asyncio.run(run_bench(config, model=oracle(right), out=blocker))
+    with pytest.raises(UsageError, match="cannot use --out"):
+        asyncio.run(run_bench(config, model=oracle(right), out=blocker / "sub"))

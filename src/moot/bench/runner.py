@@ -318,7 +318,10 @@ async def run_bench(
     specs = expand_methods(config.methods, config.matched)
     items = task.items(config.n, config.seed)
     _check_resume(out, config, resume)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file where the directory should be, no permission...
+        raise UsageError(f"cannot use --out {out}: {err.strerror or err}") from None
     with _out_lock(out):  # held until the last line is written
         model_name = units.model_name if units is not None else model.name if model is not None else ""
         meta = config.model_dump(mode="json") | {
