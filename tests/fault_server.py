@@ -153,6 +153,10 @@ class FaultServer:
                     return
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:
+            # Shutdown. Ending normally: Python 3.11's stream callback calls task.exception()
+            # on a finished handler, which raises (and prints) for a cancelled one.
+            pass
         finally:
             self._writers.discard(writer)
             writer.transport.abort()

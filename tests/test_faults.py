@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import json
 import random
 import time
@@ -23,7 +24,7 @@ from moot.models import base
 from moot.models.openai import OpenAIModel
 from moot.protocol import preset_names
 
-TOPIC = "The battery life is great but the screen is dim."
+TOPIC = "The battery life is great but the screen is dim (review {})."
 FAULTS = (
     Fate("status", status=500, body='{"error": {"message": "Internal Server Error"}}'),
     Fate("status", status=429, headers={"Retry-After": "0.02"}),
@@ -35,14 +36,23 @@ DEBATES_PER_PRESET = 36  # x 6 presets = 216 debates
 
 
 class Soak:
-    """The server's handler: a seeded 30% fault rate, and a count of valid answers sent."""
+    """The server's handler: a 30% fault rate, and a count of valid answers sent.
+
+    Each request's fate is drawn from a generator seeded with the request's content and
+    how many times that same request was seen before, so a retry gets a fresh, independent
+    draw, and the run does not depend on the order in which concurrent requests arrive
+    (which keeps the clean-debate count stable from run to run).
+    """
 
     def __init__(self) -> None:
         self.answered = 0
         self.faults: dict[str, int] = {}
+        self.seen: dict[str, int] = {}
 
     def __call__(self, n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
-        rng = random.Random(n)  # the n-th request's fate does not depend on timing
+        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        attempt = self.seen[key] = self.seen.get(key, -1) + 1
+        rng = random.Random(f"{key}:{attempt}")
         if rng.random() < FAULT_RATE:
             fault = rng.choice(FAULTS)
             key = f"{fault.kind}{fault.status if fault.kind == 'status' else ''}"
@@ -78,9 +88,9 @@ def test_fault_soak(loop_errors: list[dict[str, Any]]) -> None:
         model = OpenAIModel("soak", base_url=url, max_concurrency=64)
         try:
             runs = [
-                Debate(name, model=model, overrides=overrides).run(TOPIC)
+                Debate(name, model=model, overrides=overrides).run(TOPIC.format(i))
                 for name in preset_names()
-                for _ in range(DEBATES_PER_PRESET)
+                for i in range(DEBATES_PER_PRESET)
             ]
             return await asyncio.gather(*runs, return_exceptions=True)
         finally:
