@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from .errors import ConfigError
 from .models.base import Message
+from .paths import read_text
 from .structured import schema_hint
 from .transcript import Persona, Turn
 
@@ -35,13 +36,15 @@ def load_prompt(name: str) -> str:
     Raises:
         ConfigError: no such prompt.
     """
-    path = Path(name)
-    if path.is_file():
-        return path.read_text(encoding="utf-8").strip()
+    # A shipped name wins over a same-named file in the working directory, so the folder moot
+    # runs in cannot change its prompts; config files name their own prompts by full path.
     entry = importlib.resources.files("moot").joinpath("prompts", name)
-    if not entry.is_file():
+    if Path(name).name == name and entry.is_file():
+        return entry.read_text(encoding="utf-8").strip()
+    path = Path(name)
+    if not path.is_file():
         raise ConfigError(f"prompt file {name!r} not found in moot/prompts or on disk", key=name)
-    return entry.read_text(encoding="utf-8").strip()
+    return read_text(path, "prompt file").strip()
 
 
 def render_context(context: Any) -> str:

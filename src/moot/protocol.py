@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import ConfigError
 from .models.retry import RetryPolicy
+from .paths import read_text, resolve_config_path, resolve_prompt_paths
 from .schemas import get_output
 from .seed_shapes import MODE_PRESETS, SEED_UNUSED_KEYS, DebateBlock, load_debate_block, unwrap_seed_shape
 from .transcript import Persona
@@ -42,6 +43,7 @@ __all__ = [
     "load_debate_block",
     "load_protocol",
     "preset_names",
+    "read_overrides",
     "read_yaml_file",
     "presets",
 ]
@@ -268,14 +270,35 @@ def read_yaml_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from ``path`` (a :class:`FileMapping` that remembers the path).
 
     Raises:
-        ConfigError: missing file, malformed YAML, or not a mapping.
+        ConfigError: missing file, not UTF-8, malformed YAML, or not a mapping.
     """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    out = FileMapping(_read_yaml(path.read_text(encoding="utf-8"), str(path)))
+    out = FileMapping(_read_yaml(read_text(path, "config file"), str(path)))
     out.source = str(path)
     return out
+
+
+def read_overrides(path: str | Path) -> dict[str, Any]:
+    """Protocol overrides from a YAML file, its prompt paths resolved against the file's folder.
+
+    Raises:
+        ConfigError: as :func:`read_yaml_file`, or a prompt path that leaves the folder.
+    """
+    path = Path(path)
+    data = unwrap_seed_shape(read_yaml_file(path), str(path), infer=False)
+    out = FileMapping(resolve_prompt_paths(data, path.parent, source=str(path)))
+    out.source = str(path)
+    return out
+
+
+def _extends_spec(base: Any, base_dir: Path | None, source: str) -> str:
+    # A preset name stays a name; a path in a file resolves against (and stays in) its folder.
+    text = str(base)
+    if base_dir is None or not (text.endswith((".yaml", ".yml")) or "/" in text):
+        return text
+    return str(resolve_config_path(text, base_dir, key="extends", source=source))
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -320,18 +343,21 @@ def load_protocol(
 
     A dict or file may name a preset (or another file) to start from with
     ``extends: NAME``; ``overrides`` are merged on top (persona fields merge
-    per persona). Both may be in the seeds' shapes (module docstring).
+    per persona). Both may be in the seeds' shapes (module docstring). Paths in
+    a file (``extends:``, prompts) resolve against the file's folder and may not
+    leave it (see :mod:`moot.paths`).
 
     Raises:
         ConfigError: unknown preset, unreadable or malformed file, unknown key
-            or persona, an ``extends:`` cycle, or an invalid value; the message
-            names the culprit.
+            or persona, an ``extends:`` cycle, a path leaving the config's
+            folder, or an invalid value; the message names the culprit.
     """
     if isinstance(spec, Protocol):
         if not overrides:
             return spec
         return load_protocol(spec.model_dump(exclude_unset=False), overrides)
     source = "protocol"
+    base_dir: Path | None = None
     if isinstance(spec, dict):
         data = unwrap_seed_shape(spec, source)
     else:
@@ -346,6 +372,7 @@ def load_protocol(
         if is_file:
             source = text_spec
             data = unwrap_seed_shape(read_yaml_file(path), source)
+            base_dir = path.parent
         else:
             entry = _preset_dir().joinpath(f"{text_spec}.yaml")
             if not entry.is_file():
@@ -355,9 +382,13 @@ def load_protocol(
             source = f"preset {text_spec!r}"
             data = _read_yaml(entry.read_text(encoding="utf-8"), source)
             data.setdefault("name", text_spec)
+            base_dir = Path(str(_preset_dir()))
+    if base_dir is not None:
+        data = resolve_prompt_paths(data, base_dir, source=source)
     base = data.pop("extends", None)
     if base is not None:
-        data = _merge(load_protocol(str(base), _seen=_seen).model_dump(exclude_unset=False), data)
+        parent = load_protocol(_extends_spec(base, base_dir, source), _seen=_seen)
+        data = _merge(parent.model_dump(exclude_unset=False), data)
     if overrides:
         label = getattr(overrides, "source", "overrides")  # the file's path when read from one
         data = _merge(data, unwrap_seed_shape(overrides, label, infer=False))

@@ -1,14 +1,20 @@
 """The ``moot`` command line: a thin layer over the library.
 
 Bad input (empty topic, unknown protocol or persona, malformed YAML, unknown
-provider, missing API key, unreachable endpoint) prints one line on stderr and
-exits with code 2; nothing prints a traceback.
+provider, missing API key, unreachable endpoint, a file that is missing or not
+UTF-8, an output path that cannot be written) prints one ``moot: error:`` line
+on stderr and exits with code 2; nothing prints a traceback. An unexpected
+exception (a bug) prints one line and exits with code 3; ``MOOT_DEBUG=1`` adds
+the traceback.
 """
 
 from __future__ import annotations
 
+import contextvars
 import importlib
+import os
 import sys
+import traceback
 from typing import Annotated
 
 import click
@@ -57,15 +63,28 @@ for _name in ("protocols", "arbitrate", "absa", "bench", "runs", "view"):
     _module.register(app)
 
 
-def _fail(message: str) -> int:
-    print(f"moot: error: {message}", file=sys.stderr)
-    return 2
+def _fail(message: str, code: int = 2) -> int:
+    # One line, always: a multi-line message (YAML errors quote the source) is joined.
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    print(f"moot: error: {line}", file=sys.stderr)
+    return code
+
+
+def _internal_error(exc: BaseException) -> int:
+    if os.environ.get("MOOT_DEBUG", "").strip() not in ("", "0"):
+        traceback.print_exception(exc, file=sys.stderr)
+    return _fail(
+        f"internal error: {type(exc).__name__}: {exc} "
+        "(a bug in moot; rerun with MOOT_DEBUG=1 for the traceback and report it)",
+        code=3,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``moot`` console script; returns the exit code."""
     try:
-        rv = app(args=argv, prog_name="moot", standalone_mode=False)
+        # A context of its own: what a command sets in context variables (--allow-outside-paths) ends with it.
+        rv = contextvars.copy_context().run(app, args=argv, prog_name="moot", standalone_mode=False)
     except UsageError as exc:
         return _fail(str(exc))
     except MootError as exc:
@@ -80,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
             print(exc.format_message(), file=sys.stderr)
             return 2
         return _fail(exc.format_message())
+    except UnicodeError as exc:  # safety net: every reader should already say which file
+        return _fail(f"input is not valid UTF-8 text: {exc}")
+    except OSError as exc:  # a file or folder the user named cannot be read or written
+        where = f": {exc.filename}" if exc.filename else ""
+        return _fail(f"{exc.strerror or exc}{where}")
+    except Exception as exc:
+        return _internal_error(exc)
     return rv if isinstance(rv, int) else 0
 
 

@@ -21,7 +21,8 @@ from ..engine import Debate
 from ..errors import ConfigError, UnknownProviderError, UsageError
 from ..models import provider_names
 from ..models._spec import split_provider
-from ..protocol import Protocol, load_protocol, presets, read_yaml_file
+from ..protocol import Protocol, load_protocol, presets, read_overrides
+from ._io import AllowOutsideOption, allow_outside
 
 __all__ = ["describe", "register", "resolved_yaml"]
 
@@ -86,8 +87,10 @@ def show(
     name: Annotated[
         str, typer.Argument(help="A preset name (see `moot protocols`) or a protocol YAML file.")
     ],
+    allow_outside_paths: AllowOutsideOption = False,
 ) -> None:
     """Print a protocol resolved to YAML: every field, with the preset's or moot's defaults filled in."""
+    allow_outside(allow_outside_paths)
     typer.echo(resolved_yaml(load_protocol(name)), nl=False)
 
 
@@ -98,12 +101,14 @@ def validate(
         str | None,
         typer.Option(help="Check FILE as overrides of this preset, as `moot run --protocol` reads it."),
     ] = None,
+    allow_outside_paths: AllowOutsideOption = False,
 ) -> None:
     """Check a config without calling a model: keys, personas, order, prompt files, model providers."""
+    allow_outside(allow_outside_paths)
     if not file.is_file():
         raise UsageError(f"config file not found: {file}")
     loaded: Any = file if protocol is None else protocol
-    overrides = read_yaml_file(file) if protocol is not None else None
+    overrides = read_overrides(file) if protocol is not None else None
     try:
         # Debate() also checks prompt files and persona references; it resolves no model.
         debate = Debate(loaded, overrides=overrides)

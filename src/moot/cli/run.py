@@ -3,25 +3,35 @@
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
 from ..engine import Debate
 from ..errors import UsageError
 from ..models import default_model_spec
-from ..protocol import read_yaml_file
+from ..protocol import read_overrides
 from ..runs import RunStatus, open_store, recording
 from ..runs.recording import debate_config
 from ..transcript import DebateResult, Event, Turn
 from . import _exit
 from ._console import make_console
+from ._io import (
+    AllowOutsideOption,
+    allow_outside,
+    check_output_file,
+    check_text,
+    read_json,
+    read_text,
+    staged_output,
+)
+from ._safe import markup
 from ._store_options import NoStoreOption, StoreOption
 from .dry_run import first_round_calls, format_calls
 from .run_batch import TopicItem, read_topics, run_batch
@@ -60,19 +70,13 @@ def load_context(path: Path | None) -> Any:
     """Read ``--context``: JSON files become data, anything else is passed as text.
 
     Raises:
-        UsageError: the file does not exist.
+        UsageError: the file is missing, not UTF-8, or (``.json``) not valid JSON.
     """
     if path is None:
         return None
-    if not path.is_file():
-        raise UsageError(f"context file not found: {path}")
-    text = path.read_text(encoding="utf-8")
     if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"context file {path} is not valid JSON: {exc}") from None
-    return text
+        return read_json(path, "context file")
+    return read_text(path, "context file")
 
 
 def parse_role_models(items: list[str] | None) -> dict[str, str]:
@@ -91,31 +95,31 @@ def parse_role_models(items: list[str] | None) -> dict[str, str]:
 
 
 def _turn_panel(turn: Turn) -> Panel:
-    title = f"[bold]{escape(turn.speaker)}[/]" + (f" ({turn.stance})" if turn.stance else "")
+    title = f"[bold]{markup(turn.speaker)}[/]" + (f" ({turn.stance})" if turn.stance else "")
     title += f" · round {turn.round}" + (f" · {turn.phase}" if turn.phase != "turn" else "")
     if not turn.ok:
-        return Panel(f"[red]failed:[/] {escape(turn.error or '')}", title=title, border_style="red")
+        return Panel(f"[red]failed:[/] {markup(turn.error or '')}", title=title, border_style="red")
     content = turn.content or {}
     lines = []
     text = turn.text
     if text:
-        lines.append(escape(text))
+        lines.append(markup(text))
     for key in ("planning", "reflection"):
         if content.get(key):
-            lines.insert(0, f"[dim]{key}:[/] {escape(str(content[key]))}")
+            lines.insert(0, f"[dim]{key}:[/] {markup(str(content[key]))}")
     for key in ("key_points", "supporting_evidence", "citations", "key_agreements", "key_disagreements"):
         items = [str(x) for x in content.get(key) or [] if str(x).strip()]
         if items:
-            lines.append(f"[dim]{key}:[/] " + escape("; ".join(items)))
+            lines.append(f"[dim]{key}:[/] " + markup("; ".join(items)))
     if "proposed_edits" in content:
         for edit in content["proposed_edits"]:
-            lines.append(escape(json.dumps(edit, ensure_ascii=False)))
+            lines.append(markup(json.dumps(edit, ensure_ascii=False)))
     if not lines:
-        lines.append(escape(json.dumps(content, ensure_ascii=False)))
+        lines.append(markup(json.dumps(content, ensure_ascii=False)))
     extras = []
     for key in ("confidence", "leaning", "winner", "resolution", "sentence_polarity"):
         if content.get(key) is not None:
-            extras.append(f"{key}={content[key]}")
+            extras.append(f"{key}={markup(content[key])}")
     subtitle = (
         " ".join(extras) + f" · {turn.latency_ms / 1000:.1f}s" + (" · repaired" if turn.repaired else "")
     )
@@ -137,30 +141,30 @@ class _Live:
             self.out.flush()
         c = self.console
         if event.kind == "debate_started":
-            c.rule(f"[bold]debate[/] {escape(event.message or '')}")
+            c.rule(f"[bold]debate[/] {markup(event.message or '')}")
             if self.notice:  # once per command, however many debates it runs
                 c.print(self.notice, style="dim", markup=False, emoji=False, soft_wrap=True)
                 self.notice = None
         elif event.kind == "turn_started":
-            c.print(f"[dim]… {event.speaker} is thinking (round {event.round})[/]")
+            c.print(f"[dim]… {markup(event.speaker or '')} is thinking (round {event.round})[/]")
         elif event.kind in ("turn_completed", "judge_completed") and event.turn is not None:
             c.print(_turn_panel(event.turn))
         elif event.kind == "round_completed":
             c.rule(f"[dim]end of round {event.round}[/]")
         elif event.kind == "retry":
-            c.print(f"[yellow]{escape(event.message or '')}[/]")
+            c.print(f"[yellow]{markup(event.message or '')}[/]")
 
 
 def _summary(console: Console, result: DebateResult) -> None:
     table = Table(show_header=False, box=None)
     if result.decision is not None:
         d = result.decision
-        table.add_row("decision", f"{d.label} ({d.strategy}, confidence {d.confidence})")
+        table.add_row("decision", f"{markup(d.label)} ({d.strategy}, confidence {d.confidence})")
         for warning in d.warnings:  # a decision made on missing information says so
-            table.add_row("[yellow]warning[/]", f"[yellow]{escape(warning)}[/]")
-    table.add_row("final answer", escape(result.final_answer or "(none)"))
+            table.add_row("[yellow]warning[/]", f"[yellow]{markup(warning)}[/]")
+    table.add_row("final answer", markup(result.final_answer or "(none)"))
     if result.fallback:
-        table.add_row("fallback", f"[yellow]{escape(result.fallback)}[/]")
+        table.add_row("fallback", f"[yellow]{markup(result.fallback)}[/]")
     if result.stopped_early:
         table.add_row("stopped early", "yes")
     u = result.usage
@@ -172,7 +176,7 @@ def _summary(console: Console, result: DebateResult) -> None:
         f"{u.calls} calls{sent} · {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens"
         f" · {result.timings.wall_ms / 1000:.1f}s wall · {result.failed_turns} failed turns{cancelled}",
     )
-    console.print(Panel(table, title=f"[bold]{result.protocol}[/] result", border_style="bold"))
+    console.print(Panel(table, title=f"[bold]{markup(result.protocol)}[/] result", border_style="bold"))
 
 
 def _all_unreachable(result: DebateResult) -> str | None:
@@ -190,7 +194,7 @@ def debate_status(result: DebateResult) -> RunStatus:
 
 def _overrides(protocol: str | None, config: Path | None, **fields: Any) -> dict[str, Any]:
     # --config alone is a whole protocol; with --protocol it overrides that preset (seed shapes too).
-    out: dict[str, Any] = read_yaml_file(config) if protocol and config else {}
+    out: dict[str, Any] = read_overrides(config) if protocol and config else {}
     names = {"rounds": "rounds", "max_tokens": "max_tokens_per_turn", "timeout": "timeout"}
     out |= {names[k]: v for k, v in fields.items() if v is not None}
     return out
@@ -302,6 +306,15 @@ def _batch_clash(
         raise UsageError(problem)
 
 
+def _check_args(topic: str | None, initial_answer: str | None, out: Path | None) -> None:
+    """Arguments that cannot work fail before any model loads or runs."""
+    for value, what in ((topic, "the topic"), (initial_answer, "--initial-answer")):
+        if value is not None:
+            check_text(value, what)
+    if out is not None:
+        check_output_file(out, "--out file")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``run`` to ``app``."""
 
@@ -355,11 +368,14 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[
             bool, typer.Option("--dry-run", help="Print the prompts round 1 would send; call no model.")
         ] = False,
+        allow_outside_paths: AllowOutsideOption = False,
     ) -> int:
         """Run one debate and show it live (or print the result as JSON), or a batch with --input.
 
         Exit code: 0 complete, 1 fell back or had failed calls, 2 usage error.
         """
+        allow_outside(allow_outside_paths)
+        _check_args(topic, initial_answer, out)
         if input_file is not None or output is not None or concurrency is not None:
             _batch_clash(
                 topic, input_file, output, as_json=as_json, out=out, from_run=from_run, dry_run=dry_run
@@ -414,10 +430,13 @@ def register(app: typer.Typer) -> None:
             cfg["from_run"] = from_run
         console = make_console(stderr=as_json)
         notice = DEMO_NOTICE if debate_mode and uses_demo_model(debate) else None
-        sink = out.open("w", encoding="utf-8") if out is not None else None
-        name = model or default_model_spec()
-        with recording("run", title=topic, model=name, config=cfg, store=store, enabled=not no_store) as rec:
-            try:
+        with ExitStack() as stack:
+            # The events file takes its name only once the run succeeded: no partial file on failure.
+            sink = stack.enter_context(staged_output(out, "--out file")) if out is not None else None
+            name = model or default_model_spec()
+            with recording(
+                "run", title=topic, model=name, config=cfg, store=store, enabled=not no_store
+            ) as rec:
                 live = _Live(console, sink, notice)
                 if as_json:  # keep stdout clean: only the result goes there
                     live.console = make_console(stderr=True, quiet=True)
@@ -433,13 +452,10 @@ def register(app: typer.Typer) -> None:
                     debate_mode=debate_mode,
                     on_event=on_event,
                 )
-            finally:
-                if sink is not None:
-                    sink.close()
-            rec.finish(result, status=debate_status(result))
-            unreachable = _all_unreachable(result)
-            if unreachable and initial_answer is None:  # with one, the result falls back to it (exit 1)
-                raise UsageError(f"cannot reach the model endpoint: {unreachable}")
+                rec.finish(result, status=debate_status(result))
+                unreachable = _all_unreachable(result)
+                if unreachable and initial_answer is None:  # with one, the result falls back to it (exit 1)
+                    raise UsageError(f"cannot reach the model endpoint: {unreachable}")
         if as_json:
             typer.echo(result.model_dump_json())
         else:

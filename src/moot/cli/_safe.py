@@ -1,0 +1,50 @@
+r"""Make untrusted text safe to show in a terminal.
+
+Model replies, model names and persona keys reach the terminal through rich. A
+reply holding ``ESC ] 0 ; title BEL`` would retitle the terminal, ``ESC [ 2 J``
+would clear it, cursor moves and ``\r`` can overwrite what was printed, and
+bidirectional overrides reorder it; ``[red]`` or ``[link=...]`` would be taken as
+rich markup. :func:`clean` removes the control and escape sequences (keeping
+newlines and tabs), :func:`markup` also escapes rich markup, for text placed
+inside a markup string. JSON output needs neither: the encoder escapes controls.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.markup import escape
+
+__all__ = ["clean", "markup"]
+
+# Order matters: whole escape sequences first, so their parameters go with them,
+# then any lone control character left over.
+_SEQUENCES = re.compile(
+    r"""
+    \x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?          # OSC: ESC ] ... (BEL | ESC \ | unterminated)
+    | \x9d[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?  # OSC, 8-bit introducer
+    | \x1b[P^_X][^\x1b]*(?:\x1b\\)?             # DCS, PM, APC, SOS strings
+    | \x1b\[[0-?]*[ -/]*[@-~]?                   # CSI: cursor moves, erase, colours
+    | \x9b[0-?]*[ -/]*[@-~]?                     # CSI, 8-bit introducer
+    | \x1b[ -/]*[0-~]?                           # any other ESC sequence (charset, reset...)
+    """,
+    re.VERBOSE,
+)
+# C0 controls but \t and \n, DEL, C1 controls, and the bidirectional overrides and
+# isolates that make text display in another order than it reads.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: str) -> str:
+    """``text`` without terminal control and escape sequences; newlines and tabs stay.
+
+    A carriage return becomes a newline, so text after it is shown instead of
+    overwriting what came before.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROLS.sub("", _SEQUENCES.sub("", text))
+
+
+def markup(text: object) -> str:
+    """``str(text)`` cleaned and with rich markup escaped, to embed in a markup string."""
+    return escape(clean(str(text)))
