@@ -455,9 +455,11 @@ def test_lean_session_closes_with_its_loop_without_aclose(server: FaultServer) -
         warnings.simplefilter("always")
         asyncio.run(main())
         asyncio.run(main())  # a second loop gets a session of its own
+        asyncio.run(main())
         gc.collect()
     assert not [w for w in caught if "nclosed" in str(w.message)]
-    assert server.requests == 2
+    assert server.requests == 3
+    assert len(model._transport._sessions) == 1  # closed loops are not kept alive
 
 
 @pytest.mark.parametrize("http", STACKS)

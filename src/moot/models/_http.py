@@ -107,6 +107,10 @@ class LeanTransport:
         entry = self._sessions.get(loop)
         if entry is not None and not entry[0].closed:
             return entry[0]
+        # Forget loops that are gone: an entry's generator refers to its loop, so it would
+        # keep every closed loop of a process that calls asyncio.run repeatedly alive.
+        for old in [old for old in self._sessions if old.is_closed()]:
+            del self._sessions[old]
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
             headers=self.headers,
