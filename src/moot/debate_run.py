@@ -18,11 +18,11 @@ import asyncio
 import inspect
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from . import consensus
+from ._ids import new_id
 from .errors import BudgetExceeded, ModelError
 from .models import Model
 from .models.base import CallStats
@@ -70,7 +70,7 @@ class DebateRun:
         self.context_json = render_context(context)
         self.initial_answer = initial_answer
         self.on_event = on_event
-        self.id = uuid.uuid4().hex[:12]
+        self.id = new_id(12)
         """Unique across processes, so events and stores from many runs never collide."""
         self.fallback: str | None = None
         """The first reason the debate must fall back, or None."""

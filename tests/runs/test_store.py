@@ -150,13 +150,14 @@ _WRITER = textwrap.dedent(
     def reply(req):
         return {"message": f"{req.metadata['speaker']} r{req.metadata['round']}", "key_points": []}
 
-    store = RunStore(sys.argv[1])
+    store = RunStore(sys.argv[1], background=True)  # as the CLI opens it
     model = FunctionModel(reply, delay=0.05, name="test:slow")
     debate = Debate("panel", model=model, overrides={"rounds": 50})
 
     def on_event(event):
         rec.on_event(event)
         if event.kind == "turn_completed":
+            rec.flush()
             print("turn", flush=True)  # printed only after the event is committed
 
     with recording("run", title="killed", store=store) as rec:
@@ -255,3 +256,52 @@ def test_data_frames_of_runs_turns_and_units(tmp_path: Path) -> None:
     assert isinstance(runs, pd.DataFrame) and list(runs["title"]) == ["Why?"] and runs["calls"][0] == 5
     turns = turns_frame(store, rec.run_id or "")
     assert len(turns) == 5 and set(turns["phase"]) == {"turn", "judge"} and turns["ok"].all()
+
+
+def test_background_writer_batches_and_reads_see_every_write(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db", background=True)
+    with recording("run", store=store, title="bg") as rec:
+        for i in range(500):
+            rec.event("tick", {"i": i})
+        assert store.counts(rec.run_id or "") == (500, 0)  # a read waits for the queue
+    other = RunStore(tmp_path / "runs.db")  # another connection sees it all committed
+    run = other.get(rec.run_id or "")
+    assert run.status == "complete" and run.ended_at is not None and len(other.events(run.id)) == 500
+    store.close()
+    other.close()
+
+
+def test_a_failing_background_write_is_reported_not_lost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = RunStore(tmp_path / "runs.db", background=True)
+    with recording("run", store=store) as rec:
+        rec.event("tick", {"i": 1})
+        assert rec.store is not None and rec.run_id is not None
+        rec.store.append_event(rec.run_id, 1, "tick", "{}")  # a duplicate seq: the batch fails
+        rec.event("tick", {"i": 2})
+        rec.flush()
+    assert rec.store is None  # recording stopped, and said so once
+    assert capsys.readouterr().err.count("no longer recorded") == 1
+
+
+def test_a_version_1_store_is_migrated_in_place_with_its_runs(tmp_path: Path) -> None:
+    from moot.runs.store import MIGRATIONS
+
+    path = tmp_path / "runs.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    for statement in MIGRATIONS[1]:
+        db.execute(statement)
+    db.execute("INSERT INTO schema_version VALUES (1)")
+    db.execute("INSERT INTO runs (id, kind, status, started_at) VALUES ('ab12cd34', 'run', 'complete', 1.0)")
+    db.execute("INSERT INTO events VALUES ('ab12cd34', 1, 1.0, 'debate_started', '{\"message\": \"old\"}')")
+    db.commit()
+    db.close()
+    with RunStore(path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert [e.data for e in store.events("ab12cd34")] == [{"message": "old"}]
+        store.append_event("ab12cd34", 2, "debate_completed", "{}")
+        assert store.counts("ab12cd34") == (2, 0)
+    with RunStore(path, must_exist=True) as again:  # reopening changes nothing
+        assert again.schema_version == SCHEMA_VERSION

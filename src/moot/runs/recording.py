@@ -19,7 +19,9 @@ run: one warning goes to stderr and recording stops for that run.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import sqlite3
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -40,11 +42,13 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Recording", "debate_config", "model_info", "open_store", "prompts_hash", "recording", "redact"]
 
 # Whole key names (after an optional prefix such as ``openai_``): ``max_tokens`` or a persona's ``key`` stay.
-_SECRET = re.compile(
-    r"^(.*[_-])?(api[_-]?key|token|access[_-]?token|auth[_-]?token|secret|client[_-]?secret|password|passwd"
-    r"|authorization|bearer|credentials?)$",
-    re.I,
+_SECRET_NAMES = (
+    r"(api[_-]?key|token|access[_-]?token|auth[_-]?token|secret|client[_-]?secret|password|passwd"
+    r"|authorization|bearer|credentials?)"
 )
+_SECRET = re.compile(rf"^(.*[_-])?{_SECRET_NAMES}$", re.I)
+# The same names as JSON object keys: one scan of the serialised config tells whether redact() must run.
+_SECRET_IN_JSON = re.compile(rf'"([^"\\]*[_-])?{_SECRET_NAMES}"\s*:', re.I)
 
 
 def _secret(key: Any, value: Any) -> bool:
@@ -139,7 +143,7 @@ def open_store(store: str | Path | RunStore | None = None, *, enabled: bool = Tr
         return None
     if isinstance(store, RunStore):
         return store
-    return RunStore(default_store_path(store))
+    return RunStore(default_store_path(store), background=True)
 
 
 def _version() -> str:
@@ -151,8 +155,6 @@ def _version() -> str:
 def _json(data: BaseModel | Mapping[str, Any] | Sequence[Any]) -> str:
     if isinstance(data, BaseModel):
         return data.model_dump_json()
-    import json
-
     return json.dumps(data, ensure_ascii=False, default=str)
 
 
@@ -227,6 +229,12 @@ class Recording:
             assert self.store is not None
             self._write(self.store.update, **fields)
 
+    def flush(self) -> None:
+        """Wait until everything recorded so far is committed (the store may write on a thread)."""
+        store = self.store
+        if store is not None:
+            self._write(lambda _run_id: store.flush())
+
     def finish(
         self,
         result: BaseModel | Mapping[str, Any] | Sequence[Any] | None = None,
@@ -277,6 +285,7 @@ def recording(
     store: str | Path | RunStore | None = None,
     enabled: bool = True,
     continue_run: str | None = None,
+    wait: bool = True,
 ) -> Iterator[Recording]:
     """Record one run of ``kind`` (see the module docstring).
 
@@ -289,6 +298,9 @@ def recording(
         store: the store file or an open store (default ``$MOOT_STORE`` or ``./.moot/runs.db``).
         enabled: False records nothing (``--no-store``).
         continue_run: the id of a run to continue (``moot bench --resume``) instead of a new one.
+        wait: at the end, wait until the run is committed (a store with a writer thread commits
+            within milliseconds anyway); False lets many concurrent runs sharing one store end
+            without waiting on each other (close or flush the store when they are done).
     """
     opened = None if isinstance(store, RunStore) else open_store(store, enabled=enabled)
     target = store if isinstance(store, RunStore) and enabled else opened
@@ -297,13 +309,16 @@ def recording(
         rec = Recording(target, continue_run)
         rec._seq = target.reopen(continue_run)
     elif target is not None:
-        cfg = redact(dict(config or {})) | {"prompts_sha256": prompts_hash()}
+        cfg = dict(config or {}) | {"prompts_sha256": prompts_hash()}
+        text = json.dumps(cfg, ensure_ascii=False, default=str)
+        if _SECRET_IN_JSON.search(text):  # rare: walk the config only when a secret-looking key is there
+            text = json.dumps(redact(cfg), ensure_ascii=False, default=str)
         run_id = target.create_run(
             kind,
             title=title,
             model=model,
             argv=redact_argv(list(sys.argv if argv is None else argv)),
-            config=cfg,
+            config=text,
             moot_version=_version(),
         )
         rec = Recording(target, run_id)
@@ -322,5 +337,10 @@ def recording(
             rec.status = "complete"
             rec.update(status="complete")
         rec.update(ended=True)
+        if wait or opened is not None:
+            rec.flush()
         if opened is not None:
-            opened.close()
+            try:
+                opened.close()
+            except sqlite3.Error:  # already reported by flush()
+                pass
