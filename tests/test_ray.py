@@ -6,14 +6,16 @@ import asyncio
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from moot.bench.runner import BenchConfig, load_records, run_bench
+from moot.cli import main
 from moot.models import FunctionModel, ModelRequest
+from moot.runs import RunStore
 from moot.scale import RayOptions, run_bench_ray
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'moot[ray]')")
@@ -69,6 +71,22 @@ def _comparable(path: Path) -> list[dict[str, Any]]:
     return [r.model_dump(exclude={"wall_s"}) for r in records]
 
 
+def _report(path: Path) -> list[str]:
+    """``report.md`` without its one timing column (wall s/item): the rest must match to the letter."""
+    lines, wall = [], None
+    for line in (path / "report.md").read_text(encoding="utf-8").splitlines():
+        cells = line.split("|")
+        if " wall s/item " in cells:
+            wall = cells.index(" wall s/item ")
+        elif not line.startswith("|"):
+            wall = None
+        elif wall is not None and len(cells) > wall:
+            cells[wall] = "-"
+        lines.append("|".join(cells))
+    assert any("wall s/item" in line for line in lines)
+    return lines
+
+
 CONFIG = BenchConfig(task="arithmetic", methods=["single", "vote:3", "society:2:2"], n=6, seed=3)
 
 
@@ -120,3 +138,28 @@ def test_a_worker_killed_mid_run_loses_only_its_units(tmp_path: Path) -> None:
     assert sum(w["units"] for w in run.workers) == 18
     asyncio.run(run_bench(CONFIG, model=oracle(), out=tmp_path / "here"))
     assert _comparable(tmp_path / "ray") == _comparable(tmp_path / "here")
+
+
+def test_bench_cli_on_ray_records_per_worker_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    fake_provider("rayoracle", lambda rest: oracle())
+    store = tmp_path / "runs.db"
+    argv = ["bench", "--methods", "single,vote:3", "--model", "rayoracle:a", "--n", "5", "--seed", "3"]
+    argv += ["--no-plots", "--store", str(store)]
+    assert main([*argv, "--out", str(tmp_path / "here")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "ray"), "--ray", "auto", "--ray-workers", "2"]) == 0
+    assert "accuracy" in capsys.readouterr().out
+    assert _comparable(tmp_path / "ray") == _comparable(tmp_path / "here")
+    assert _report(tmp_path / "ray") == _report(tmp_path / "here")
+    runs = RunStore(store).list(kind="bench")
+    on_ray = next(r for r in runs if r.config["out"].endswith("ray"))
+    assert on_ray.status == "complete"
+    assert sum(w["units"] for w in on_ray.summary["workers"]) == 10
+    assert on_ray.summary["units"] == 10 and len(RunStore(store).item_keys(on_ray.id)) == 10
+    assert "workers" not in next(r for r in runs if r.id != on_ray.id).summary
+
+
+def test_ray_workers_without_ray_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--model", "test", "--ray-workers", "2", "--out", str(tmp_path), "--no-plots"]) == 2
+    assert "--ray-workers needs --ray" in capsys.readouterr().err

@@ -157,6 +157,8 @@ def finish_bench(rec: Recording, run: BenchRun) -> None:
         "failures": len(run.failures),
         "model_name": run.model_name,
     }
+    if run.workers:  # units run on Ray workers: how many each did, and which died
+        summary["workers"] = run.workers
     missing = expected - len(run.records)
     rec.finish(
         status="complete" if run.complete else "failed",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -31,6 +32,7 @@ from ..runs import open_store, recording
 from . import _exit
 from ._bench_store import RECORDED_OPTIONS, RecordingObserver, find_resume, finish_bench, merge_resume
 from ._console import make_console, print_table
+from ._ray_options import RayOption, RayWorkersOption, ray_options
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["default_out", "register"]
@@ -192,6 +194,8 @@ def bench(
     report_only: Annotated[
         bool, typer.Option("--report-only", help="Rewrite the report of --out from its results; no calls.")
     ] = False,
+    ray_address: RayOption = None,
+    ray_workers: RayWorkersOption = None,
     store: StoreOption = None,
     no_store: NoStoreOption = False,
 ) -> None:
@@ -229,11 +233,13 @@ def bench(
         run = _report_only(out_dir)
     else:
         config = BenchConfig.model_validate(fields | {"concurrency": concurrency})
-        from ..models import resolve_model
+        ray = ray_options(ray_address, ray_workers, concurrency)
+        if ray is None:  # with --ray the model is built on each worker, never loaded here
+            from ..models import resolve_model
 
-        backend = resolve_model(config.model)
-        if model_concurrency is not None:
-            backend.max_concurrency = model_concurrency
+            backend = resolve_model(config.model)
+            if model_concurrency is not None:
+                backend.max_concurrency = model_concurrency
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),
@@ -259,18 +265,33 @@ def bench(
             # `timeout` and schedulers send SIGTERM: stop like Ctrl-C, with the resume hint.
             previous = signal.signal(signal.SIGTERM, _interrupt)
             try:
-                # run_with_model closes the backend's loop-bound clients, on Ctrl-C too.
-                run = run_with_model(
-                    backend,
-                    lambda m: run_bench(
-                        config,
-                        model=m,
-                        out=out_dir,
-                        resume=resumed is not None,
-                        observer=observer,
-                        timeout=timeout,
-                    ),
-                )
+                if ray is not None:
+                    from ..scale import run_bench_ray
+
+                    run = asyncio.run(
+                        run_bench_ray(
+                            config,
+                            out=out_dir,
+                            ray=ray,
+                            resume=resumed is not None,
+                            observer=observer,
+                            timeout=timeout,
+                            model_concurrency=model_concurrency,
+                        )
+                    )
+                else:
+                    # run_with_model closes the backend's loop-bound clients, on Ctrl-C too.
+                    run = run_with_model(
+                        backend,
+                        lambda m: run_bench(
+                            config,
+                            model=m,
+                            out=out_dir,
+                            resume=resumed is not None,
+                            observer=observer,
+                            timeout=timeout,
+                        ),
+                    )
             except KeyboardInterrupt:
                 console.print(
                     f"interrupted: finished items are saved in {out_dir / RESULTS_FILE}; "

@@ -1,0 +1,49 @@
+"""The ``--ray ADDRESS`` / ``--ray-workers N`` options of ``moot bench`` and ``moot absa --input``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only when --ray is given
+    from ..scale import RayOptions
+
+__all__ = ["RayOption", "RayWorkersOption", "ray_options"]
+
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        help="Run on a Ray cluster (needs moot[ray]): local starts one here, auto joins the one "
+        "running here (else starts one), or HOST:6379 / ray://HOST:10001. --concurrency is then per worker.",
+        show_default=False,
+    ),
+]
+RayWorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--ray-workers",
+        min=1,
+        help="With --ray: workers, one CPU and one model each (default: one per CPU of the cluster).",
+        show_default=False,
+    ),
+]
+
+
+def ray_options(address: str | None, workers: int | None, concurrency: int) -> RayOptions | None:
+    """The :class:`moot.scale.RayOptions` the options ask for, or None without ``--ray``.
+
+    Raises:
+        UsageError: ``--ray-workers`` without ``--ray``, or a bad value.
+    """
+    if address is None:
+        if workers is not None:
+            from ..errors import UsageError
+
+            raise UsageError("--ray-workers needs --ray ADDRESS (e.g. --ray local)")
+        return None
+    from ..scale import RayOptions
+
+    return RayOptions(address=address, workers=workers, concurrency=concurrency)
