@@ -75,6 +75,21 @@ def test_bench_page_report_items_and_transcripts(client: TestClient, filled: dic
     item = client.get(f"/runs/{run_id}/items/{links[0]}").text
     assert "single" in item and "society:3:2" in item and "Round 1" in item and "gold answer" in item
     assert client.get(f"/runs/{run_id}/items/nope").status_code == 404
+    assert "<h3>Plots</h3>" not in page  # run with --no-plots: none to show
+    assert client.get(f"/runs/{run_id}/plots/accuracy_by_round.png").status_code == 404
+
+
+def test_bench_plots_come_from_the_recorded_out_folder(client: TestClient, filled: dict[str, str]) -> None:
+    out = Path(RunStore(os.environ["MOOT_STORE"]).get(filled["bench_a"]).config["out"])
+    png = b"\x89PNG\r\n\x1a\n" + b"0" * 64
+    (out / "accuracy_by_round.png").write_bytes(png)
+    page = client.get(f"/runs/{filled['bench_a']}").text
+    assert f'src="/runs/{filled["bench_a"]}/plots/accuracy_by_round.png"' in page
+    got = client.get(f"/runs/{filled['bench_a']}/plots/accuracy_by_round.png")
+    assert got.status_code == 200 and got.content == png and got.headers["content-type"] == "image/png"
+    (out / "secret.txt").write_text("not a plot")
+    assert client.get(f"/runs/{filled['bench_a']}/plots/secret.txt").status_code == 404
+    assert client.get(f"/runs/{filled['bench_a']}/plots/..%2F..%2Fetc%2Fpasswd").status_code == 404
 
 
 def test_absa_single_batch_and_arbitration_pages(client: TestClient, filled: dict[str, str]) -> None:
@@ -181,3 +196,37 @@ def test_moot_view_refuses_a_public_host_without_token(
     assert "--token" in capsys.readouterr().err
     assert main(["view", "--store", str(tmp_path / "none.db")]) == 2
     assert "no run store" in capsys.readouterr().err
+
+
+def test_moot_view_serves_the_store_until_stopped(filled: dict[str, str]) -> None:
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    argv = [sys.executable, "-m", "moot", "view", "--port", str(port), "--store", os.environ["MOOT_STORE"]]
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, body = time.time() + 60, ""
+        while time.time() < deadline and not body:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=5) as response:
+                    body = response.read().decode()
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.2)
+        assert filled["debate"] in body
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.stderr.close()
+    assert f"127.0.0.1:{port}" in err and "Traceback" not in err

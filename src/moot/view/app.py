@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, HTTPException, Request, Response
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -260,6 +260,15 @@ def _pages(app: FastAPI, store: RunStore, templates: Jinja2Templates) -> None:
         # fragment=1: only the body, which a live page swaps in when the store has more.
         return page(request, "_run_body.html" if fragment else "run.html", record=record, **context)
 
+    @app.get("/runs/{run_id}/plots/{name}")
+    def plot(run_id: str, name: str) -> FileResponse:
+        # Only the report's own plot files, from the bench run's recorded --out folder.
+        record = get(run_id)
+        path = _plots(record).get(name)
+        if path is None:
+            raise HTTPException(status_code=404, detail=f"no plot {name!r} for run {record.id[:8]}")
+        return FileResponse(path, media_type="image/png")
+
     @app.get("/runs/{run_id}/items/{item_id:path}", response_class=HTMLResponse)
     def item_page(request: Request, run_id: str, item_id: str) -> HTMLResponse:
         record = get(run_id)
@@ -282,7 +291,8 @@ def _run_context(store: RunStore, record: RunRecord) -> dict[str, Any]:
     if record.kind == "run":
         return {"debate": shape.live_debate(store, record)}
     if record.kind == "bench":
-        return {"report": shape.bench_report(store, record.id), "items": shape.bench_items(store, record.id)}
+        report, items = shape.bench_report(store, record.id), shape.bench_items(store, record.id)
+        return {"report": report, "items": items, "plots": sorted(_plots(record))}
     if record.kind == "absa" and not record.config.get("batch"):
         result = load_result(store, record.id)
         return {"absa": _absa_context(result, record.config)} if result is not None else {}
@@ -291,6 +301,17 @@ def _run_context(store: RunStore, record: RunRecord) -> dict[str, Any]:
     if record.kind == "arbitrate":
         return {"arbitration": load_result(store, record.id)}
     return {}
+
+
+def _plots(record: RunRecord) -> dict[str, Path]:
+    """The report plots a bench run left in its ``--out`` folder, by file name."""
+    from ..bench.report import ROUNDS_PLOT, TOKENS_PLOT
+
+    out = record.config.get("out") if record.kind == "bench" else None
+    if not isinstance(out, str):
+        return {}
+    found = {name: Path(out) / name for name in (TOKENS_PLOT, ROUNDS_PLOT)}
+    return {name: path for name, path in found.items() if path.is_file()}
 
 
 def _absa_context(result: Any, config: dict[str, Any]) -> dict[str, Any]:
