@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
@@ -12,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from absa.test_absa_cli import brain
+from moot.absa import FinalResult, run_absa_batch
 from moot.bench.runner import BenchConfig, load_records, run_bench
 from moot.cli import main
 from moot.models import FunctionModel, ModelRequest
 from moot.runs import RunStore
-from moot.scale import RayOptions, run_bench_ray
+from moot.scale import RayOptions, run_absa_batch_ray, run_bench_ray
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'moot[ray]')")
 
@@ -163,3 +166,63 @@ def test_bench_cli_on_ray_records_per_worker_counts(
 def test_ray_workers_without_ray_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--model", "test", "--ray-workers", "2", "--out", str(tmp_path), "--no-plots"]) == 2
     assert "--ray-workers needs --ray" in capsys.readouterr().err
+
+
+def _absa_view(res: FinalResult) -> dict[str, Any]:
+    """What an ABSA result decided (its timings left out)."""
+    moderator = res.moderator.model_dump(mode="json") if res.moderator is not None else None
+    return {
+        "label": res.label,
+        "confidence": res.confidence,
+        "aspects": res.aspects,
+        "moderator": moderator,
+        "calls": res.usage.calls,
+        "errors": res.errors,
+        "stage2": res.stage2.model_dump(mode="json"),
+    }
+
+
+SENTENCES = ["The battery life is terrible.", "Nice place.", "Lovely staff.", "The screen is dim.", "Ok."]
+
+
+def _absa_model() -> FunctionModel:
+    return FunctionModel(brain, name="absafake:x")
+
+
+def test_absa_batch_on_ray_matches_the_single_machine_batch() -> None:
+    for module in ("absa.test_absa_cli", "absa.test_dataset_eval", "absa.scripts"):
+        ray.cloudpickle.register_pickle_by_value(sys.modules[module])
+    seen: list[int] = []
+    here = asyncio.run(run_absa_batch(SENTENCES, model=_absa_model(), concurrency=2))
+    there = asyncio.run(
+        run_absa_batch_ray(
+            SENTENCES, model=_absa_model, ray=RayOptions(workers=2), on_result=lambda i, r: seen.append(i)
+        )
+    )
+    assert sorted(seen) == list(range(len(SENTENCES)))  # each sentence came back once
+    assert [_absa_view(r) for r in there.results] == [_absa_view(r) for r in here]
+    assert there.results[0].label == "negative"
+    assert sum(w["units"] for w in there.workers) == len(SENTENCES)
+
+
+def test_absa_cli_batch_on_ray(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(
+        "".join(json.dumps({"id": f"s{i}", "sentence": s}) + "\n" for i, s in enumerate(SENTENCES))
+    )
+    store = tmp_path / "runs.db"
+    argv = ["absa", "--input", str(inp), "--model", "test", "--store", str(store), "--concurrency", "2"]
+    assert main([*argv, "--output", str(tmp_path / "here.jsonl")]) == 0
+    assert main([*argv, "--output", str(tmp_path / "ray.jsonl"), "--ray", "auto", "--ray-workers", "2"]) == 0
+    assert "wrote 5 results" in capsys.readouterr().err
+
+    def lines(name: str) -> dict[str, dict[str, Any]]:
+        rows = [json.loads(x) for x in (tmp_path / name).read_text(encoding="utf-8").splitlines()]
+        return {row["id"]: _absa_view(FinalResult.model_validate(row)) for row in rows}
+
+    assert lines("ray.jsonl") == lines("here.jsonl")
+    assert len(lines("ray.jsonl")) == 5
+    stored = RunStore(store).list(kind="absa")
+    on_ray = next(r for r in stored if "workers" in r.summary)
+    assert sum(w["units"] for w in on_ray.summary["workers"]) == 5
+    assert len(list(RunStore(store).iter_items(on_ray.id))) == 5

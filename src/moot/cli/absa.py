@@ -4,18 +4,20 @@
 
     moot absa "The pasta was great but the service was slow." [--config FILE] [--model SPEC] [--json]
     moot absa --input sentences.jsonl --output results.jsonl [--concurrency N] [--report]
+              [--ray ADDRESS [--ray-workers N]]
     moot absa-eval DATA.jsonl|DATA.xml [--config FILE] [--configs A,B] [--model SPEC] [--limit N]
                    [--no-ablations] [--out DIR] [--exclude-conflict] [--timeout S]
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
@@ -43,7 +45,11 @@ from ..models import Model, Usage, default_model_spec, run_with_model
 from ..runs import Recording, recording
 from . import _exit
 from ._console import make_console, print_table, progress_bar
+from ._ray_options import RayOption, RayWorkersOption, ray_options
 from ._store_options import NoStoreOption, StoreOption
+
+if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only with --ray
+    from ..scale import RayOptions
 
 __all__ = ["read_inputs", "register"]
 
@@ -121,7 +127,9 @@ async def _batch(
     concurrency: int,
     console: Console,
     rec: Recording,
-) -> list[FinalResult]:
+    ray: RayOptions | None = None,
+) -> tuple[list[FinalResult], list[dict[str, Any]]]:
+    """Run the batch, here or on Ray workers; the results in input order and the per-worker counts."""
     with progress_bar(console) as progress:
         task = progress.add_task("absa", total=len(items))
 
@@ -134,9 +142,17 @@ async def _batch(
             rec.item(items[i][0], {"index": i, "result": res.model_dump(mode="json")})
             progress.advance(task)
 
-        return await run_absa_batch(
-            [s for _, s in items], model=model, config=config, concurrency=concurrency, on_result=write
+        sentences = [s for _, s in items]
+        if ray is not None:  # the results come back here, where they are written and stored
+            from ..scale import run_absa_batch_ray
+
+            assert not isinstance(model, Model)
+            done = await run_absa_batch_ray(sentences, model=model, config=config, ray=ray, on_result=write)
+            return done.results, done.workers
+        results = await run_absa_batch(
+            sentences, model=model, config=config, concurrency=concurrency, on_result=write
         )
+        return results, []
 
 
 def _eval_recorder(
@@ -298,6 +314,8 @@ def register(app: typer.Typer) -> None:
         report: Annotated[
             bool, typer.Option(help="Batch: print the debate metrics report at the end.")
         ] = False,
+        ray_address: RayOption = None,
+        ray_workers: RayWorkersOption = None,
         store: StoreOption = None,
         no_store: NoStoreOption = False,
     ) -> int:
@@ -333,6 +351,7 @@ def register(app: typer.Typer) -> None:
         if output is None:
             raise UsageError("--input needs --output FILE.jsonl")
         items = read_inputs(input_file)
+        ray = ray_options(ray_address, ray_workers, concurrency)
         console = make_console(stderr=True)
         batch = {"batch": True, "input": str(input_file), "output": str(output), "concurrency": concurrency}
         with (
@@ -346,10 +365,17 @@ def register(app: typer.Typer) -> None:
             ) as rec,
             output.open("w", encoding="utf-8") as out,
         ):
-            results = run_with_model(model, lambda m: _batch(items, out, m, cfg, concurrency, console, rec))
+            if ray is None:
+                results, workers = run_with_model(
+                    model, lambda m: _batch(items, out, m, cfg, concurrency, console, rec)
+                )
+            else:  # the model is built on each worker, never loaded here
+                results, workers = asyncio.run(_batch(items, out, model, cfg, concurrency, console, rec, ray))
             usage = sum((r.usage for r in results), Usage())
             failed = sum(r.failed for r in results)
-            summary = {"sentences": len(results), "failed": failed}
+            summary: dict[str, Any] = {"sentences": len(results), "failed": failed}
+            if workers:  # sentences run on Ray workers: how many each did, and which died
+                summary["workers"] = workers
             rec.finish(usage=usage, summary=summary, status="fell_back" if failed else "complete")
         console.print(f"wrote {len(results)} results to {output} ({failed} with failed calls)")
         if report:

@@ -6,6 +6,7 @@ Importing this package does not import Ray; Ray is imported when a run asks for 
 
 from __future__ import annotations
 
+from ._absa import AbsaJob, RayBatch, run_absa_batch_ray
 from ._bench import BenchJob, ModelLike, run_bench_ray
 from ._cluster import RAY_EXTRA, RayOptions, connect, import_ray
 from ._pool import MAX_DEATHS, WorkerPool, WorkerStats, worker_pool
@@ -14,15 +15,18 @@ from ._worker import Job, ModelSource
 __all__ = [
     "MAX_DEATHS",
     "RAY_EXTRA",
+    "AbsaJob",
     "BenchJob",
     "Job",
     "ModelLike",
     "ModelSource",
+    "RayBatch",
     "RayOptions",
     "WorkerPool",
     "WorkerStats",
     "connect",
     "import_ray",
+    "run_absa_batch_ray",
     "run_bench_ray",
     "worker_pool",
 ]

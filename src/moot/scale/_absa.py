@@ -1,0 +1,99 @@
+"""``moot absa --input ... --ray``: the sentences of an ABSA batch on Ray workers.
+
+Each worker runs the whole pipeline on a sentence with its own model; results come back
+to this process as they finish, where ``on_result`` writes them (the output file and the
+run store are written here alone), and are returned in input order, as
+:func:`moot.absa.run_absa_batch` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..absa import FinalResult, run_absa
+from ..absa.config import AbsaConfig, load_config
+from ..absa.pipeline import ConfigLike
+from ..models import default_model_spec
+from ..models.base import Model
+from ._bench import ModelLike, model_source
+from ._cluster import RayOptions, connect
+from ._pool import worker_pool
+from ._worker import Job
+
+__all__ = ["AbsaJob", "RayBatch", "run_absa_batch_ray"]
+
+
+@dataclass(frozen=True)
+class AbsaJob(Job):
+    """Runs the ABSA pipeline on one sentence with the worker's model."""
+
+    config: AbsaConfig
+
+    async def run(self, model: Model, unit: Any) -> FinalResult:
+        """Analyse ``unit``, a sentence."""
+        return await run_absa(str(unit), model=model, config=self.config)
+
+
+@dataclass
+class RayBatch:
+    """An ABSA batch run on Ray.
+
+    Attributes:
+        results: the results in input order.
+        workers: per-worker counts (:class:`moot.scale.WorkerStats` as dicts).
+    """
+
+    results: list[FinalResult]
+    workers: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def run_absa_batch_ray(
+    sentences: Sequence[str],
+    *,
+    model: ModelLike = None,
+    config: ConfigLike = None,
+    ray: RayOptions | None = None,
+    on_result: Callable[[int, FinalResult], Awaitable[None] | None] | None = None,
+    model_concurrency: int | None = None,
+) -> RayBatch:
+    """:func:`moot.absa.run_absa_batch` with the sentences on Ray workers.
+
+    Args:
+        sentences: the sentences.
+        model: a spec or a picklable function building the model on each worker; None: the
+            default spec of this process (``$MOOT_MODEL``, else ``local``).
+        config: as for ``run_absa_batch`` (loaded here once, sent to every worker).
+        ray: the cluster and its width; ``concurrency`` is sentences in flight per worker.
+        on_result: ``on_result(index, result)``, sync or async, called here in completion order.
+        model_concurrency: requests in flight at each worker's backend (None: the backend's own).
+
+    Raises:
+        RunError: a sentence took :data:`moot.scale.MAX_DEATHS` workers down with it.
+    """
+    options = ray or RayOptions()
+    source = model_source(model if model is not None else default_model_spec(), model_concurrency)
+    results: list[FinalResult | None] = [None] * len(sentences)
+    with connect(options) as ray_module:
+        async with worker_pool(ray_module, source, AbsaJob(load_config(config)), options) as pool:
+            gate = asyncio.Semaphore(pool.slots)
+
+            async def one(i: int) -> None:
+                async with gate:
+                    res: FinalResult = await pool.run(sentences[i])
+                results[i] = res
+                if on_result is not None:
+                    out = on_result(i, res)
+                    if asyncio.iscoroutine(out):
+                        await out
+
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for i in range(len(sentences)):
+                        group.create_task(one(i))
+            except BaseExceptionGroup as failed:  # say what failed, not "a group failed"
+                raise failed.exceptions[0] from None
+            workers = pool.counts()
+    return RayBatch([r for r in results if r is not None], workers)
