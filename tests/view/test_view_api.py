@@ -17,6 +17,8 @@ from moot.runs import RunStore, recording  # noqa: E402
 from moot.view import create_app  # noqa: E402
 from runs.filled import XSS, fill  # noqa: E402
 
+LOCAL = "http://127.0.0.1:7575"  # the loopback app accepts loopback Host headers only
+
 
 @pytest.fixture
 def filled(
@@ -29,7 +31,7 @@ def filled(
 
 @pytest.fixture
 def client(filled: dict[str, str]) -> TestClient:
-    return TestClient(create_app(os.environ["MOOT_STORE"]))
+    return TestClient(create_app(os.environ["MOOT_STORE"]), base_url=LOCAL)
 
 
 def test_run_list_filters_search_and_sort(client: TestClient, filled: dict[str, str]) -> None:
@@ -146,7 +148,7 @@ def test_stream_sends_updates_then_end_for_a_finished_run(client: TestClient, fi
 def test_live_run_page_follows_a_running_run(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs.db")
     with recording("run", title="live one", store=store) as rec:
-        client = TestClient(create_app(tmp_path / "runs.db"))
+        client = TestClient(create_app(tmp_path / "runs.db"), base_url=LOCAL)
         page = client.get(f"/runs/{rec.run_id}").text
         assert 'data-live="yes"' in page and "live:" in page
         assert (
@@ -175,7 +177,7 @@ def test_token_is_required_on_every_request(filled: dict[str, str]) -> None:
 
 
 def test_loopback_rejects_foreign_host_headers(filled: dict[str, str]) -> None:
-    client = TestClient(create_app(os.environ["MOOT_STORE"]))
+    client = TestClient(create_app(os.environ["MOOT_STORE"]), base_url=LOCAL)
     assert client.get("/", headers={"host": "evil.example"}).status_code == 400
     assert client.get("/", headers={"host": "127.0.0.1:7575"}).status_code == 200
 

@@ -102,9 +102,7 @@ def create_app(store_path: str | Path, *, token: str | None = None, host: str = 
     app = FastAPI(title="moot view", description="Runs recorded by moot: the JSON API the pages use.")
     templates = _templates()
     if host in LOOPBACK:
-        app.add_middleware(
-            TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]", "testserver"]
-        )
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]"])
     if token:
         app.middleware("http")(_token_guard(token))
     app.mount("/static", StaticFiles(directory=str(_package_dir("static"))), name="static")
