@@ -61,7 +61,7 @@ async def batch(debates: int, latency: float, store: RunStore | None) -> tuple[i
             rec = stack.enter_context(ctx)
             result = await debate.run(topic, context={"docs": ["d1", "d2"]}, on_event=rec.on_event)
             rec.finish(result)
-            stored += rec._seq
+            stored += rec.events_recorded
 
     await asyncio.gather(*(one(i) for i in range(debates)))
     if store is not None:

@@ -56,6 +56,9 @@ def test_run_from_reruns_the_recorded_configuration(capsys: pytest.CaptureFixtur
     assert again.topic == "Is it?" and len(again.rounds) == 1 and again.final_answer == first.final_answer
     newest = _store().list()[0]
     assert newest.id != run_id and newest.config["from_run"] == run_id[:8]
+    assert main(["run", "Is it?", "--model", "recfake:x", "--rounds", "1"]) == 0  # human output
+    shown = _store().list()[0].id[:8]
+    assert f"recorded as run {shown}: moot runs show {shown}" in capsys.readouterr().out
     assert main(["run", "--from", "ffffffff"]) == 2
     assert "no run 'ffffffff'" in capsys.readouterr().err
     assert main(["run"]) == 2

@@ -460,6 +460,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(result.model_dump_json())
         else:
             _summary(console, result)
+            if rec.run_id is not None:  # how to find it again
+                short = rec.run_id[:8]
+                console.print(f"[dim]recorded as run {short}: moot runs show {short} · moot view[/]")
         reason = no_answer_reason(result)
         if reason is not None:  # one line, also under --json (stderr), so a script's log says why
             make_console(stderr=True).print(f"moot: {reason}", style="yellow", markup=False, soft_wrap=True)

@@ -173,6 +173,11 @@ class Recording:
         self._seq = 0
 
     @property
+    def events_recorded(self) -> int:
+        """How many events this run has recorded (its last event's ``seq``)."""
+        return self._seq
+
+    @property
     def enabled(self) -> bool:
         """True while the run is being recorded."""
         return self.store is not None and self.run_id is not None
