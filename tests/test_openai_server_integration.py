@@ -162,3 +162,27 @@ def test_every_preset_through_the_openai_backend(server: Server, name: str) -> N
     from test_presets_integration import run_preset
 
     run_preset(name, OpenAIModel("smollm2", base_url=server.url, api_key="x"))
+
+
+def test_n_samples_from_llama_cpp_server(server: Server) -> None:
+    """n=2 against llama.cpp's server: whatever it does with n, two samples come back, usage honest."""
+    model = OpenAIModel("smollm2", base_url=server.url, api_key="x")
+    request = ModelRequest(
+        messages=[Message(role="user", content="Name a colour.")], max_tokens=8, seed=1, n=2
+    )
+
+    async def go() -> tuple[int, int]:
+        try:
+            reply = await model.request(request)
+        finally:
+            await model.aclose()
+        return len(reply.samples), reply.usage.calls
+
+    try:
+        samples, calls = asyncio.run(go())
+    except ModelError as err:
+        pytest.fail(f"{err}\n{server.diagnosis()}")
+    assert samples == 2
+    assert model.sampler.supported is not None  # decided once, from the server's answer
+    # Sampled at once: one call. Ignored (one choice, then one single) or refused (two singles): two.
+    assert calls == (1 if model.sampler.supported else 2)
