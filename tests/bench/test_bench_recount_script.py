@@ -1,0 +1,51 @@
+"""``bench/recount.py``: a recount of a run agrees with its report and catches one that does not."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from moot.cli import main
+from moot.models import FunctionModel
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("recount", ROOT / "bench" / "recount.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recount_agrees_with_the_report_and_flags_a_changed_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    # Answers "B" in the requested format, "Answer: C" otherwise once, and a non-answer on the rest.
+    replies = iter(["The answer is (B).", "Answer: C", "I am not sure."] * 50)
+    fake_provider("rc", lambda rest: FunctionModel(lambda request: next(replies)))
+    out = tmp_path / "out"
+    task = f"mcq:{ROOT / 'tests' / 'data' / 'mmlu_style.csv'}"
+    argv = ["bench", "--task", task, "--methods", "single,vote:3", "--model", "rc:a", "--n", "0"]
+    assert main([*argv, "--out", str(out), "--no-plots", "--no-store"]) == 0
+    recount = _script()
+    capsys.readouterr()
+    assert recount.main([str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line.startswith("ok ") for line in lines)
+    assert any("majority-class baseline" in line for line in lines)
+    assert sum("single:" in line for line in lines) == 6  # n, accuracy, interval, failures, lenient, calls
+
+    report = out / "report.md"
+    text = report.read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `single` |"))
+    cells = row.split("|")
+    cells[3] = " 99.9% "
+    report.write_text(text.replace(row, "|".join(cells)), encoding="utf-8")
+    assert recount.main([str(out)]) == 1
+    assert "DIFF" in capsys.readouterr().out
