@@ -192,6 +192,16 @@ class TestErrors:
             run(model, server, structured())
         assert (info.value.status_code, info.value.retryable) == (529, True)
 
+    def test_echoed_key_is_redacted(self, model: AnthropicModel) -> None:
+        def echo(request: Any) -> Any:
+            echoed = {"request_headers": dict(request.headers), "note": "key sk-ant-test refused"}
+            return httpx.Response(401, json={"type": "error", "error": echoed})
+
+        with pytest.raises(ModelHTTPError) as info:
+            run(model, echo, structured())  # type: ignore[arg-type]
+        assert "sk-ant-test" not in info.value.body and "sk-ant-test" not in str(info.value)
+        assert "***" in info.value.body
+
     def test_400_is_not_retryable(self, model: AnthropicModel) -> None:
         server = Server([error(400)])
         with pytest.raises(ModelHTTPError) as info:
