@@ -138,26 +138,31 @@ class ReplicaPool:
             return None
         return min(resting, key=lambda r: r.down_until)
 
-    async def _acquire(self, tried: set[Replica]) -> Replica | None:
+    def _take(self, tried: set[Replica]) -> Replica | None | Literal[True]:
+        """:meth:`_pick`, counting the picked replica's request (no await: the common path)."""
+        picked = self._pick(tried)
+        if isinstance(picked, Replica):
+            picked.in_flight += 1
+            picked.sent += 1
+        return picked
+
+    async def _wait_for_slot(self, tried: set[Replica]) -> Replica | None:
+        """Wait until a live replica is under its cap, then take it."""
         while True:
-            picked = self._pick(tried)
-            if picked is not True:
-                if isinstance(picked, Replica):
-                    picked.in_flight += 1
-                    picked.sent += 1
-                return picked
             cond = self._condition()
             async with cond:
-                # Re-check under the lock: a slot may have freed since _pick.
+                # Re-check under the lock: a slot may have freed since the caller looked.
                 if self._pick(tried) is True:
                     await cond.wait()
+            picked = self._take(tried)
+            if picked is not True:
+                return picked
 
     async def _release(self, replica: Replica) -> None:
         replica.in_flight -= 1
-        if self.max_per_replica is not None:
-            cond = self._condition()
-            async with cond:
-                cond.notify(1)
+        cond = self._condition()
+        async with cond:
+            cond.notify(1)
 
     def _mark_down(self, replica: Replica) -> None:
         delay = min(self.backoff * (2**replica.failures), self.max_backoff)
@@ -176,7 +181,9 @@ class ReplicaPool:
         resend_counts = False  # the previous attempt reached a server that may have logged it
         last: TransportError | None = None
         while True:
-            replica = await self._acquire(tried)
+            replica = self._take(tried)
+            if replica is True:
+                replica = await self._wait_for_slot(tried)
             if replica is None:
                 assert last is not None
                 n = len(self.replicas)
@@ -195,7 +202,10 @@ class ReplicaPool:
                 last = err
                 continue
             finally:
-                await self._release(replica)
+                if self.max_per_replica is None:
+                    replica.in_flight -= 1
+                else:
+                    await self._release(replica)
             replica.failures = 0
             return raw
 
