@@ -8,6 +8,7 @@ driver state.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from abc import ABC, abstractmethod
@@ -73,9 +74,15 @@ class Worker:
         self.model: Model | None = None
 
     async def ready(self) -> dict[str, Any]:
-        """Build the model (once) and say where this worker runs and what model it has."""
+        """Build the model (once) and say where this worker runs and what model it has.
+
+        An in-process model's weights are loaded here (counting tokens loads them), so a
+        missing file fails at start and the first unit does not pay for the load.
+        """
         if self.model is None:
-            self.model = self.source.build()
+            model = self.source.build()
+            await asyncio.to_thread(model.count_tokens, "warm-up")
+            self.model = model
         return {"node": socket.gethostname(), "pid": os.getpid(), "model": self.model.name}
 
     async def run(self, unit: Any) -> Any:
