@@ -112,7 +112,11 @@ class LeanTransport:
         for old in [old for old in self._sessions if old.is_closed()]:
             del self._sessions[old]
         session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
+            # keepalive_timeout below uvicorn's 5 s (vLLM, llama-cpp-python's server), after which the
+            # server closes an idle connection: reusing one it is closing fails the request sent on it.
+            connector=aiohttp.TCPConnector(
+                limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=4.0
+            ),
             headers=self.headers,
             timeout=self._client_timeout,
             cookie_jar=aiohttp.DummyCookieJar(),
