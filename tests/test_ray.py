@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from absa.test_absa_cli import brain
+from moot import models
 from moot.absa import FinalResult, run_absa_batch
 from moot.bench.runner import BenchConfig, load_records, run_bench
 from moot.cli import main
 from moot.models import FunctionModel, ModelRequest
 from moot.runs import RunStore
-from moot.scale import RayOptions, run_absa_batch_ray, run_bench_ray
+from moot.scale import MAX_DEATHS, RayOptions, run_absa_batch_ray, run_bench_ray
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'moot[ray]')")
 
@@ -226,3 +227,39 @@ def test_absa_cli_batch_on_ray(tmp_path: Path, capsys: pytest.CaptureFixture[str
     on_ray = next(r for r in stored if "workers" in r.summary)
     assert sum(w["units"] for w in on_ray.summary["workers"]) == 5
     assert len(list(RunStore(store).iter_items(on_ray.id))) == 5
+
+
+def _poison_oracle() -> FunctionModel:
+    """Item 5 kills every worker that runs it: a unit that must be given up, not retried forever."""
+
+    def fn(request: ModelRequest) -> str:
+        if str(request.metadata["item"]).endswith("-5"):
+            os._exit(1)
+        return _answer(request)
+
+    return FunctionModel(fn)
+
+
+def test_a_unit_that_kills_every_worker_is_given_up_and_left_for_resume(tmp_path: Path) -> None:
+    config = CONFIG.model_copy(update={"methods": ["single"]})
+    run = asyncio.run(
+        run_bench_ray(
+            config, model=_poison_oracle, out=tmp_path / "out", ray=RayOptions(workers=2), unit_retries=0
+        )
+    )
+    assert not run.complete
+    assert [(item, method) for item, method, _ in run.failures] == [("arithmetic-5", "single")]
+    assert f"died {MAX_DEATHS} times" in run.failures[0][2]
+    assert len(run.records) == 5  # every other unit ran, once
+    assert sum(w["died"] for w in run.workers) == MAX_DEATHS
+
+
+def test_a_model_that_cannot_be_built_on_the_workers_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["bench", "--model", "nosuch:x", "--n", "2", "--out", str(tmp_path / "o"), "--no-plots"]
+    assert main([*argv, "--ray", "auto", "--ray-workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "moot: error: unknown model provider 'nosuch'; known providers: " + ", ".join(
+        sorted(models._PROVIDERS)
+    )

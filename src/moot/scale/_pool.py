@@ -101,6 +101,10 @@ class WorkerPool:
             raise err.cause if isinstance(err.cause, Exception) else RunError(str(err)) from None
         finally:
             self._starting -= 1
+        if "failed" in info:
+            self._ray.kill(actor)
+            stats.died = True
+            raise info["failed"].error
         stats.node, stats.pid = info["node"], info["pid"]
         self.model_name = self.model_name or info["model"]
         async with self._changed:

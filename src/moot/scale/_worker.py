@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import MootError
+from ..errors import MootError, RunError
 from ..models import register_provider, resolve_model
 from ..models.base import Model
 
@@ -56,6 +57,29 @@ class Failed:
 
     error: MootError
 
+    @classmethod
+    def of(cls, err: MootError) -> Failed:
+        """Wrap ``err`` so it crosses processes.
+
+        An error that cannot be rebuilt there as it is (a subclass with required arguments)
+        becomes its nearest plain moot base class, with the same message.
+        """
+        try:
+            pickle.loads(pickle.dumps(err))
+        except Exception:
+            base = next(c for c in type(err).__mro__ if c.__module__ == MootError.__module__ and _plain(c))
+            return cls(base(str(err)))
+        return cls(err)
+
+
+def _plain(kind: type) -> bool:
+    """Whether ``kind(message)`` rebuilds an error of that class."""
+    try:
+        pickle.loads(pickle.dumps(kind("x")))
+    except Exception:
+        return False
+    return True
+
 
 class Job(ABC):
     """Work a worker does unit by unit with its model (a bench unit, an ABSA sentence)."""
@@ -80,8 +104,11 @@ class Worker:
         missing file fails at start and the first unit does not pay for the load.
         """
         if self.model is None:
-            model = self.source.build()
-            await asyncio.to_thread(model.count_tokens, "warm-up")
+            try:
+                model = self.source.build()
+                await asyncio.to_thread(model.count_tokens, "warm-up")
+            except MootError as err:  # a bad spec, a missing file or extra: said once, on the driver
+                return {"failed": Failed.of(err)}
             self.model = model
         return {"node": socket.gethostname(), "pid": os.getpid(), "model": self.model.name}
 
@@ -89,11 +116,12 @@ class Worker:
         """Run one unit of the job."""
         if self.model is None:
             await self.ready()
-        assert self.model is not None
+        if self.model is None:
+            raise RunError("this worker has no model (building it failed)")
         try:
             return await self.job.run(self.model, unit)
         except MootError as err:  # sent back as a value: Ray would wrap a raised one in its own error
-            return Failed(err)
+            return Failed.of(err)
 
     async def close(self) -> None:
         """Release the model's loop-bound resources (HTTP pools) before the actor goes."""
