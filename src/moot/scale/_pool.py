@@ -144,6 +144,8 @@ class WorkerPool:
                 return  # another of its units reported the death first
             self._live.remove(slot)
             slot.stats.died = True
+            with contextlib.suppress(Exception):  # unreachable rather than dead: make sure it is gone
+                self._ray.kill(slot.actor)
             self._changed.notify_all()
             if self._replacements <= 0:
                 return
@@ -167,11 +169,13 @@ class WorkerPool:
             RunError: the unit took :data:`MAX_DEATHS` workers down, or every worker died.
         """
         errors = self._ray.exceptions
+        # ActorUnavailableError (Ray >= 2.30): the actor is unreachable; treated as dead, and ended below.
+        lost = (errors.RayActorError, getattr(errors, "ActorUnavailableError", errors.RayActorError))
         for _ in range(MAX_DEATHS):
             slot = await self._acquire()
             try:
                 out = await slot.actor.run.remote(unit)
-            except (errors.RayActorError, errors.ActorUnavailableError):
+            except lost:
                 await self._lost(slot)
                 continue
             except errors.RayTaskError as err:  # a bug on the worker: stop, with its cause
