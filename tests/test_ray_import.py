@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,21 @@ def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_options_are_usage_errors(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         RayOptions(**kwargs)  # type: ignore[arg-type]
+
+
+def test_an_address_nothing_answers_at_fails_at_once() -> None:
+    from moot.scale._cluster import _check_reachable
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(UsageError, match="no Ray cluster answers there"):
+        _check_reachable(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 5
+    with pytest.raises(UsageError, match="expected local, auto, HOST:PORT"):
+        _check_reachable("somewhere")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        _check_reachable(f"ray://127.0.0.1:{server.getsockname()[1]}")  # answers: no error

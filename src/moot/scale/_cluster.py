@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,25 @@ def _start_options(workers: int | None) -> dict[str, Any]:
     }
 
 
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a cluster address nothing answers at (Ray itself retries for minutes).
+
+    Raises:
+        UsageError: the address has no port, or no TCP connection to it opens within ``timeout``.
+    """
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--ray {address}: expected local, auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise UsageError(
+            f"--ray {address}: no Ray cluster answers there ({err.strerror or err}); "
+            "start one with `ray start --head`, or use --ray local"
+        ) from None
+
+
 @contextlib.contextmanager
 def connect(options: RayOptions) -> Iterator[Any]:
     """Yield the ``ray`` module connected as ``options`` say; disconnect after if this call connected.
@@ -87,6 +107,7 @@ def connect(options: RayOptions) -> Iterator[Any]:
             except ConnectionError:  # no cluster running here: start one
                 ray.init(address="local", **_start_options(options.workers), **quiet)
         else:
+            _check_reachable(address)
             ray.init(address=address, **quiet)
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise UsageError(f"--ray {address}: cannot reach or start the Ray cluster: {err}") from None
