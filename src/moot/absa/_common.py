@@ -13,14 +13,15 @@ from pydantic import BaseModel
 
 from ..models.base import Message, Model, Usage
 from ..structured import ask, schema_hint
-from .schemas import TraceStep
+from ..transcript import Event
+from .schemas import StageEvent, TraceStep
 
 if TYPE_CHECKING:
     from .config import AbsaConfig
 
 T = TypeVar("T", bound=BaseModel)
 
-__all__ = ["Recorder", "find_span", "load_prompt", "render_prompt"]
+__all__ = ["EventFn", "ProgressFn", "Recorder", "find_span", "load_prompt", "render_prompt"]
 
 
 def load_prompt(name: str) -> str:
@@ -43,6 +44,9 @@ def render_prompt(name: str, output_type: type[BaseModel], **values: Any) -> str
 ProgressFn = Callable[[str, TraceStep | None], None]
 """``on_progress(name, None)`` when a step starts, ``on_progress(name, step)`` when it has ended."""
 
+EventFn = Callable[[StageEvent | Event], None]
+"""``on_event(event)``: each step's start and end, each stage's output, and every debate event."""
+
 
 @dataclass
 class Recorder:
@@ -54,11 +58,23 @@ class Recorder:
     errors: dict[str, str] = field(default_factory=dict)
     on_progress: ProgressFn | None = None
     """Told as each step starts and ends (``moot absa`` shows it), so a long run is not silent."""
+    on_event: EventFn | None = None
+    """Told the same and more (stage outputs, debate events), for a record written as it happens."""
+
+    def emit(self, event: StageEvent | Event) -> None:
+        """Pass ``event`` to ``on_event``."""
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def progress(self, name: str) -> None:
+        """Show ``name`` as what runs now (``on_progress`` only: nothing is recorded)."""
+        if self.on_progress is not None:
+            self.on_progress(name, None)
 
     def begin(self, name: str) -> None:
         """Say that step ``name`` starts."""
-        if self.on_progress is not None:
-            self.on_progress(name, None)
+        self.progress(name)
+        self.emit(StageEvent(kind="step_started", name=name))
 
     def now_ms(self) -> float:
         """Milliseconds since the run started."""
@@ -79,6 +95,7 @@ class Recorder:
         self.trace.append(step)
         if self.on_progress is not None:
             self.on_progress(name, step)
+        self.emit(StageEvent(kind="step_completed", name=name, step=step))
 
     def skip(self, name: str, detail: str) -> None:
         """Record a step that did not run."""

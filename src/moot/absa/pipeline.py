@@ -18,11 +18,11 @@ from ..errors import UsageError
 from ..models import resolve_model, run_with_model
 from ..models.base import Model
 from ..transcript import DebateResult, Event
-from ._common import ProgressFn, Recorder
+from ._common import EventFn, ProgressFn, Recorder
 from .config import AbsaConfig, load_config
 from .moderator import moderate
 from .review_context import build_review_context
-from .schemas import FinalResult, ModeratorInputs, ReviewContext, Stage1Result, ValidatorSignal
+from .schemas import FinalResult, ModeratorInputs, ReviewContext, Stage1Result, StageEvent, ValidatorSignal
 from .stage1 import run_stage1
 from .stage2 import run_stage2
 
@@ -39,7 +39,8 @@ async def _debate(
 
     def on_event(event: Event) -> None:  # the debate is the long stage: say who speaks
         if event.kind == "turn_started":
-            rec.begin(f"debate: {event.speaker} (round {event.round})")
+            rec.progress(f"debate: {event.speaker} (round {event.round})")
+        rec.emit(event)
 
     debate = Debate(cfg.protocol(), model=model)
     return await debate.run(sentence, context=stage1.context(), on_event=on_event)
@@ -73,6 +74,7 @@ async def run_absa(
     model: str | Model | None = None,
     config: ConfigLike = None,
     on_progress: ProgressFn | None = None,
+    on_event: EventFn | None = None,
 ) -> FinalResult:
     """Analyse one sentence.
 
@@ -82,6 +84,10 @@ async def run_absa(
         config: an :class:`AbsaConfig`, a shipped config name, a YAML path, a dict, or None (defaults).
         on_progress: ``on_progress(step, None)`` as each step (and debate turn) starts and
             ``on_progress(step, trace_step)`` as a step ends.
+        on_event: ``on_event(event)`` with a :class:`StageEvent` as each step starts and ends and
+            as Stage 1, the review context and Stage 2 are done, and each debate
+            :class:`~moot.transcript.Event` as it happens (``moot absa`` records them all, so a
+            killed run keeps every completed step and turn).
 
     Returns:
         The final result; failed calls are recorded in ``errors`` (never filled in).
@@ -93,8 +99,9 @@ async def run_absa(
         raise UsageError("the sentence is empty")
     cfg = load_config(config)
     mdl = resolve_model(model)
-    rec = Recorder(on_progress=on_progress)
+    rec = Recorder(on_progress=on_progress, on_event=on_event)
     stage1 = await run_stage1(sentence, mdl, cfg, rec)
+    rec.emit(StageEvent(kind="stage_output", name="stage1", stage1=stage1))
 
     debate: DebateResult | None = None
     context: ReviewContext | None = None
@@ -115,6 +122,7 @@ async def run_absa(
         t0 = rec.now_ms()
         context = build_review_context(debate, stage1, mode=cfg.mode or "persona")
         rec.step("review_context", t0, detail=str(context.mapping_stats))
+        rec.emit(StageEvent(kind="stage_output", name="review_context", review_context=context))
     else:
         rec.skip("debate", "enable_debate is false")
 
@@ -122,6 +130,7 @@ async def run_absa(
     if cfg.mode == "patch" and debate is not None and debate.verdict is not None and debate.verdict.ok:
         final_patch = list(debate.verdict.get("final_patch", []) or [])
     stage2 = await run_stage2(sentence, stage1, context, final_patch, mdl, cfg, rec)
+    rec.emit(StageEvent(kind="stage_output", name="stage2", stage2=stage2))
 
     result = FinalResult(
         sentence=sentence,

@@ -48,6 +48,7 @@ __all__ = [
     "RebuttalPoint",
     "ReviewContext",
     "Severity",
+    "StageEvent",
     "StageSignal",
     "Stage1Result",
     "Stage2Result",
@@ -423,6 +424,32 @@ class TraceStep(BaseModel):
     """Offset from the pipeline's start."""
     duration_ms: float = 0.0
     detail: str = ""
+
+    def line(self) -> str:
+        """One line for a terminal: ``name: ok · 1.2s · detail`` (the detail cut to 100 characters)."""
+        outcome = "skipped" if self.skipped else ("ok" if self.ok else "failed")
+        detail = f" · {self.detail[:100]}" if self.detail else ""
+        return f"{self.name}: {outcome} · {self.duration_ms / 1000:.1f}s{detail}"
+
+
+class StageEvent(BaseModel):
+    """A pipeline step starting or ending, or a stage's output, as it happens.
+
+    ``run_absa(on_event=...)`` receives these (and the debate's own events), so a
+    run killed mid-way has recorded every step it completed.
+    """
+
+    kind: Literal["step_started", "step_completed", "stage_output"]
+    name: str
+    """The step (``ate``, ``debate``...) or the stage (``stage1``, ``review_context``, ``stage2``)."""
+    step: TraceStep | None = None
+    """The finished step (``step_completed``)."""
+    stage1: Stage1Result | None = None
+    """Stage 1's result (``stage_output`` named ``stage1``)."""
+    review_context: ReviewContext | None = None
+    """What the debate told Stage 2 (``stage_output`` named ``review_context``)."""
+    stage2: Stage2Result | None = None
+    """Stage 2's result (``stage_output`` named ``stage2``)."""
 
 
 class FinalResult(BaseModel):

@@ -285,10 +285,7 @@ class _StageProgress:
         if step is None:
             self.status.update(f"{name} …")
             return
-        outcome = "skipped" if step.skipped else ("ok" if step.ok else "failed")
-        detail = f" · {step.detail[:100]}" if step.detail else ""
-        line = f"{name}: {outcome} · {step.duration_ms / 1000:.1f}s{detail}"
-        self.console.print(line, markup=False, style=None if step.ok else "red", soft_wrap=True)
+        self.console.print(step.line(), markup=False, style=None if step.ok else "red", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -338,7 +335,10 @@ def register(app: typer.Typer) -> None:
             ) as rec:
                 with _StageProgress(make_console(stderr=True)) as progress:
                     res = run_with_model(
-                        model, lambda m: run_absa(sentence, model=m, config=cfg, on_progress=progress)
+                        model,
+                        lambda m: run_absa(
+                            sentence, model=m, config=cfg, on_progress=progress, on_event=rec.on_event
+                        ),
                     )
                 rec.finish(res, status="fell_back" if res.failed else "complete")
             if as_json:

@@ -115,10 +115,30 @@ def _show_bench(opened: RunStore, record: RunRecord, console: Console) -> None:
     print_table(console, rich_table(report), drop=RICH_TABLE_DROP)
 
 
+def _show_absa_partial(opened: RunStore, record: RunRecord, console: Console) -> None:
+    """An ``absa`` run with no result (running or killed): each completed step and debate turn."""
+    from ..absa import StageEvent
+    from ..transcript import Event
+    from .run import _Live
+
+    live = _Live(console, None)
+    for stored in opened.events(record.id):
+        if stored.kind in ("step_started", "step_completed", "stage_output"):
+            step = StageEvent.model_validate(stored.data).step
+            if step is not None:
+                console.print(step.line(), markup=False, style=None if step.ok else "red", soft_wrap=True)
+        elif stored.kind != "debate_completed":
+            live(Event.model_validate({"kind": stored.kind, **stored.data}))
+    console.print(f"[yellow]no final result ({record.status})[/]")
+
+
 def _show_absa(opened: RunStore, record: RunRecord, console: Console) -> None:
     from .absa import _print_result
 
     result = load_result(opened, record.id)
+    if result is None and not record.config.get("batch"):
+        _show_absa_partial(opened, record, console)
+        return
     for res in result if isinstance(result, list) else [result] if result is not None else []:
         if isinstance(result, list):
             console.rule(escape(res.sentence))

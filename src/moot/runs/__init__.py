@@ -16,7 +16,16 @@ The CLI records every ``moot run``, ``absa``, ``absa-eval``, ``arbitrate`` and
 
 from __future__ import annotations
 
-from .queries import bench_records, bench_run, load_result, run_turns, runs_frame, turns_frame, units_frame
+from .queries import (
+    absa_events,
+    bench_records,
+    bench_run,
+    load_result,
+    run_turns,
+    runs_frame,
+    turns_frame,
+    units_frame,
+)
 from .recording import Recording, model_info, open_store, prompts_hash, recording, redact
 from .store import (
     DEFAULT_STORE,
@@ -38,6 +47,7 @@ __all__ = [
     "RunStore",
     "StoredEvent",
     "StoredItem",
+    "absa_events",
     "bench_records",
     "bench_run",
     "default_store_path",

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
 __all__ = [
+    "absa_events",
     "bench_records",
     "bench_run",
     "load_result",
@@ -109,6 +110,20 @@ def run_turns(store: RunStore, record: RunRecord) -> list[tuple[str, Turn]]:
         if event.kind in ("turn_completed", "judge_completed") and "turn" in event.data:
             out.append((str(event.data.get("debate_id", "")), Turn.model_validate(event.data["turn"])))
     return out
+
+
+def absa_events(store: RunStore, run_id: str) -> list[Any]:
+    """The pipeline events (:class:`~moot.absa.StageEvent`) a one-sentence ``absa`` run recorded, in order.
+
+    Steps started and completed and each stage's output: what a run that was
+    killed, or is still running, has done so far (its debate turns: :func:`run_turns`).
+    """
+    from ..absa import StageEvent
+
+    kinds = ("step_started", "step_completed", "stage_output")
+    return [
+        StageEvent.model_validate(e.data) for e in store.events(store.resolve_id(run_id)) if e.kind in kinds
+    ]
 
 
 def _pandas() -> Any:

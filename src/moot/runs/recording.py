@@ -195,9 +195,16 @@ class Recording:
             )
             self.store = None
 
-    def on_event(self, event: Event) -> None:
-        """A debate event callback: appends ``event`` (a completed debate's result is kept in summary)."""
+    def on_event(self, event: Event | BaseModel) -> None:
+        """An event callback: appends ``event`` (a completed debate's result is kept in summary).
+
+        Takes the debate's :class:`~moot.transcript.Event` and any other event model with a
+        ``kind`` (the ABSA pipeline's ``StageEvent``), so it fits ``run_absa(on_event=...)``.
+        """
         if not self.enabled:
+            return
+        if not isinstance(event, Event):
+            self.event(str(getattr(event, "kind", type(event).__name__)), event)
             return
         assert self.store is not None
         self._seq += 1

@@ -293,7 +293,9 @@ def _run_context(store: RunStore, record: RunRecord) -> dict[str, Any]:
         return {"report": report, "items": items, "plots": sorted(_plots(record))}
     if record.kind == "absa" and not record.config.get("batch"):
         result = load_result(store, record.id)
-        return {"absa": _absa_context(result, record.config)} if result is not None else {}
+        if result is None:  # running, or killed: every step and turn recorded so far
+            return {"absa_partial": shape.absa_partial(store, record)}
+        return {"absa": _absa_context(result, record.config)}
     if record.kind in ("absa", "absa-eval"):
         return {"sentences": list(store.iter_items(record.id))}
     if record.kind == "arbitrate":

@@ -10,14 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..bench.records import ItemRecord
-from ..runs import RunRecord, RunStore, bench_records, bench_run, run_turns
+from ..runs import RunRecord, RunStore, absa_events, bench_records, bench_run, run_turns
 from ..transcript import DebateResult, Persona, Turn
 
 __all__ = [
     "AbsaAspectRow",
+    "AbsaPartial",
     "DebateView",
     "Segment",
     "absa_aspect_rows",
+    "absa_partial",
     "bench_items",
     "debate_view",
     "highlight",
@@ -200,6 +202,47 @@ def absa_spans(result: Any) -> list[Segment]:
     if not spans:
         spans = [(a.start, a.end, a.term, None) for a in result.stage1.aspects]
     return highlight(result.sentence, spans)
+
+
+@dataclass
+class AbsaPartial:
+    """A one-sentence ABSA run without a result (running, or killed): what its events say so far."""
+
+    sentence: str
+    steps: list[Any] = field(default_factory=list)
+    """The completed steps (:class:`~moot.absa.schemas.TraceStep`), in order."""
+    running: list[str] = field(default_factory=list)
+    """Steps started and not finished: where the run is, or where it stopped."""
+    stage1: Any = None
+    review_context: Any = None
+    stage2: Any = None
+    segments: list[Segment] = field(default_factory=list)
+    debate: DebateView | None = None
+
+
+def absa_partial(store: RunStore, record: RunRecord) -> AbsaPartial:
+    """Rebuild an unfinished ``absa`` run from its recorded steps, stage outputs and debate turns."""
+    sentence = str(record.config.get("sentence") or record.title)
+    out = AbsaPartial(sentence)
+    for event in absa_events(store, record.id):
+        if event.kind == "step_started":
+            out.running.append(event.name)
+        elif event.kind == "step_completed" and event.step is not None:
+            out.steps.append(event.step)
+            if event.name in out.running:
+                out.running.remove(event.name)
+        elif event.name in ("stage1", "review_context", "stage2"):
+            setattr(out, event.name, getattr(event, event.name))
+    if out.stage1 is not None:
+        polarity = {s.aspect: s.polarity for s in out.stage1.sentiments}
+        spans = [(a.start, a.end, a.term, polarity.get(a.term)) for a in out.stage1.aspects]
+        out.segments = highlight(sentence, spans)
+    else:
+        out.segments = [Segment(sentence)]
+    turns = [t for _, t in run_turns(store, record)]
+    if turns:
+        out.debate = debate_view(None, turns, topic=sentence)
+    return out
 
 
 @dataclass
