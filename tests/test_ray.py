@@ -263,3 +263,17 @@ def test_a_model_that_cannot_be_built_on_the_workers_is_one_error_line(
     assert err.strip() == "moot: error: unknown model provider 'nosuch'; known providers: " + ", ".join(
         sorted(models._PROVIDERS)
     )
+
+
+def test_bench_cli_resume_on_ray_continues_a_single_machine_run(
+    tmp_path: Path, fake_provider: Callable[..., None]
+) -> None:
+    fake_provider("rayresume", lambda rest: oracle())
+    out = tmp_path / "out"
+    argv = ["bench", "--methods", "single", "--model", "rayresume:a", "--seed", "3", "--no-plots"]
+    assert main([*argv, "--n", "3", "--out", str(out)]) == 0
+    assert main(["bench", "--resume", str(out), "--n", "6", "--no-plots", "--ray", "auto"]) == 0
+    assert main([*argv, "--n", "6", "--out", str(tmp_path / "here")]) == 0
+    assert len((out / "results.jsonl").read_text(encoding="utf-8").splitlines()) == 6
+    assert _comparable(out) == _comparable(tmp_path / "here")
+    assert _report(out) == _report(tmp_path / "here")
