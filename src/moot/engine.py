@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .deadline import run_deadline
 from .debate_run import DebateRun, EventCallback
@@ -20,6 +20,9 @@ from .models import Model, resolve_model
 from .prompting import load_prompt
 from .protocol import Protocol, load_protocol
 from .transcript import DebateResult, Event
+
+if TYPE_CHECKING:  # pragma: no cover - the store is imported only when a run is recorded
+    from .runs.store import RunStore
 
 __all__ = ["Debate", "DebateRun", "EventCallback"]
 
@@ -35,6 +38,10 @@ class Debate:
         overrides: protocol fields to override (``rounds``, ``timeout``...). A ``timeout`` given
             here is explicit and used as is; otherwise the deadline is sized to the models
             (:mod:`moot.deadline`).
+        store: record every :meth:`run` (and :meth:`stream`) in a run store, as ``moot run``
+            does, so ``moot runs`` and ``moot view`` show it: a store file, an open
+            :class:`~moot.runs.RunStore`, or True for ``$MOOT_STORE`` / ``./.moot/runs.db``.
+            None (the default) records nothing.
 
     Raises:
         ConfigError: invalid protocol, a prompt file that does not exist, or ``role_models``
@@ -48,8 +55,12 @@ class Debate:
         model: str | Model | None = None,
         role_models: Mapping[str, str | Model] | None = None,
         overrides: dict[str, Any] | None = None,
+        store: str | Path | RunStore | bool | None = None,
     ) -> None:
         self.protocol = load_protocol(protocol, overrides)
+        self._store_spec = store
+        self._store: RunStore | None = None
+        self._recorded_in_flight = 0
         self._explicit_timeout = bool(overrides) and "timeout" in (overrides or {})
         # A missing prompt file is a configuration error: fail now, not in the middle of a run.
         for step in (self.protocol.moderator, self.protocol.judge):
@@ -67,6 +78,16 @@ class Debate:
         for key, persona in self.protocol.personas.items():
             if key not in self._role_specs and persona.model:
                 self._role_specs[key] = persona.model
+
+    @property
+    def store(self) -> RunStore | None:
+        """The run store this debate records into (opened on first use), or None."""
+        if self._store is None and self._store_spec not in (None, False):
+            from .runs import open_store
+
+            spec = self._store_spec
+            self._store = open_store(None if isinstance(spec, bool) else spec)
+        return self._store
 
     def model_for(self, key: str) -> Model:
         """The model that plays persona ``key`` (resolved and cached on first use)."""
@@ -87,9 +108,14 @@ class Debate:
         return run_deadline(self.protocol, speeds, explicit=self._explicit_timeout)
 
     async def aclose(self) -> None:
-        """Close what the resolved models hold for the running event loop (``run_sync`` does this)."""
+        """Close what the resolved models hold for the running event loop (``run_sync`` does this).
+
+        Also commits what the run store still holds (the store itself stays open).
+        """
         for model in {id(m): m for m in self._models.values()}.values():
             await model.aclose()
+        if self._store is not None:
+            self._store.flush()
 
     async def run(
         self,
@@ -120,6 +146,22 @@ class Debate:
             UsageError: empty topic, or a model spec that cannot be resolved.
             Exception: whatever ``on_event`` raised.
         """
+        if self.store is not None:
+            from ._recorded import recorded_run
+
+            return await recorded_run(
+                self, self.store, topic, context, initial_answer, debate_mode, on_event, self._run
+            )
+        return await self._run(topic, context, initial_answer, debate_mode, on_event)
+
+    async def _run(
+        self,
+        topic: str,
+        context: Any,
+        initial_answer: str | None,
+        debate_mode: bool,
+        on_event: EventCallback | None,
+    ) -> DebateResult:
         if not debate_mode or not self.protocol.enabled:
             return await self.start(
                 topic, initial_answer=initial_answer, on_event=on_event, resolve=False

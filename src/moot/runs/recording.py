@@ -8,8 +8,8 @@ Every CLI command wraps its work in :func:`recording`::
 
 The run row is created on entry (status ``running``), each event and item is
 committed as it arrives, and the exit sets the end status: ``complete`` unless
-:meth:`Recording.finish` said otherwise, ``interrupted`` on Ctrl-C, SIGTERM or
-exit code 130, ``failed`` (with the error) on any other exception. With the
+:meth:`Recording.finish` said otherwise, ``interrupted`` on Ctrl-C, SIGTERM,
+exit code 130 or a cancelled task, ``failed`` (with the error) on any other exception. With the
 store turned off the same object records nothing.
 
 A store that cannot be written (disk full, locked for 30 s) does not stop the
@@ -18,6 +18,7 @@ run: one warning goes to stderr and recording stops for that run.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -276,7 +277,7 @@ class Recording:
 
 def _exit_status(exc: BaseException) -> tuple[RunStatus | None, bool]:
     """``(status, is_exit)``: how an exception ends a run (None: a clean exit with code 0)."""
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):  # Ctrl-C, or a cancelled task
         return "interrupted", False
     code = getattr(exc, "exit_code", getattr(exc, "code", None))
     if isinstance(exc, SystemExit) or code is not None:
