@@ -189,3 +189,16 @@ def test_csv_with_a_bom_and_capitalised_headers(tmp_path: Path) -> None:
     jsonl = _write(tmp_path / "a.jsonl", [{"id": "s", "sentence": "Tea.", "aspects": []}])
     jsonl.write_bytes(b"\xef\xbb\xbf" + jsonl.read_bytes())
     assert [i.id for i in read_dataset(jsonl).items] == ["s"]
+
+
+def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path: Path) -> None:
+    # MMLU's test split holds a raw U+0085 inside a question; U+2028 is as legal in JSON strings.
+    rows = [
+        {"question": "Which holds\x85a NEL?", "choices": ["this", "that"], "answer": 0},
+        {"question": "And\u2028this\u2029one?", "choices": ["x", "y", "z"], "answer": 2},
+    ]
+    path = _write(tmp_path / "mmlu.jsonl", rows)
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))  # and Windows line ends
+    items = make_task(f"mcq:{path}").items(None, 0)
+    assert sorted((i.id, i.gold) for i in items) == [("mcq-1", "A"), ("mcq-2", "C")]
+    assert any("\x85" in i.prompt for i in items)

@@ -59,7 +59,9 @@ def jsonl_rows(text: str, path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         UsageError: a line that is not a JSON object (``path:LINE`` named).
     """
     rows: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Split on newlines only: str.splitlines() also breaks at U+0085, U+2028 and other separators
+    # that JSON strings may hold raw (MMLU's test split has a U+0085 inside a question).
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
