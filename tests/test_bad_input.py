@@ -26,10 +26,8 @@ from moot.models.testing import FunctionModel, SchemaModel
 BAD = b"caf\xe9 \xff\xfe au lait\n"  # Latin-1 and stray bytes: not UTF-8
 BAD_ARG = os.fsdecode(b"caf\xe9")  # what Python makes of such bytes in argv
 
-_REPORTS = [
-    {"agent": "a", "metrics": {"revenue": 10}, "confidence": 0.9},
-    {"agent": "b", "metrics": {"revenue": 20}, "confidence": 0.8},
-]
+_REPORTS = [{"agent": "a"}, {"agent": "b"}]
+_GOLD = {"id": "g1", "sentence": "The soup was cold.", "label": "negative", "aspects": []}
 
 
 def _down(request: ModelRequest) -> str:
@@ -65,6 +63,7 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "absa_over_missing.yaml": "debate_override: nowhere.json\n",
         "reports.json": json.dumps(_REPORTS),
         "sentences.jsonl": '{"sentence": "The soup was cold."}\n',
+        "gold.jsonl": json.dumps(_GOLD) + "\n",
         "afile": "a file, not a folder\n",
         "emptyrun/run.json": "",
         "listrun/run.json": "[]",
@@ -88,7 +87,7 @@ def _tree(root: Path) -> set[str]:
 RUN = ["run", "Why?", "--model", "fake:x"]
 ABSA = ["absa", "--model", "fake:x"]
 BATCH = [*ABSA, "--input", "sentences.jsonl"]
-EVAL = ["absa-eval", "sentences.jsonl", "--model", "fake:x", "--no-ablations"]
+EVAL = ["absa-eval", "gold.jsonl", "--model", "fake:x", "--no-ablations"]
 BENCH = ["bench", "--model", "fake:x", "--no-plots", "--n", "2", "--methods", "single"]
 
 CASES: dict[str, tuple[list[str], str]] = {
@@ -114,6 +113,84 @@ CASES: dict[str, tuple[list[str], str]] = {
     "run extends cycle": ([*RUN, "--config", "a.yaml"], "extends: cycle"),
     "run extends itself": ([*RUN, "--config", "self.yaml"], "extends: cycle"),
     "run rounds past bound": ([*RUN, "--rounds", "1000000000"], "rounds"),
+    # absa: sentence, config shapes and references, batch input and output
+    "absa sentence not utf-8": ([*ABSA, BAD_ARG], "the sentence is not valid UTF-8"),
+    "absa config not utf-8": ([*ABSA, "The soup.", "--config", "bad.yaml"], "bad.yaml is not UTF-8"),
+    "absa config is a list": ([*ABSA, "The soup.", "--config", "list.yaml"], "must be a mapping"),
+    "absa config is a scalar": ([*ABSA, "The soup.", "--config", "scalar.yaml"], "must be a mapping"),
+    "absa config invalid yaml": ([*ABSA, "The soup.", "--config", "invalid.yaml"], "invalid YAML"),
+    "absa config is a directory": ([*ABSA, "The soup.", "--config", "adir"], "adir"),
+    "absa override json is a list": (
+        [*ABSA, "The soup.", "--config", "absa_over_list.yaml"],
+        "must be a JSON object",
+    ),
+    "absa override json not utf-8": ([*ABSA, "The soup.", "--config", "absa_over_bad.yaml"], "not UTF-8"),
+    "absa override json missing": ([*ABSA, "The soup.", "--config", "absa_over_missing.yaml"], "not found"),
+    "absa input not utf-8": (
+        [*ABSA, "--input", "bad.jsonl", "--output", "o.jsonl"],
+        "bad.jsonl is not UTF-8",
+    ),
+    "absa input is a directory": ([*ABSA, "--input", "adir", "--output", "o.jsonl"], "is a directory"),
+    "absa output is a directory": ([*BATCH, "--output", "adir"], "is a directory"),
+    "absa output under missing folder": ([*BATCH, "--output", "no/o.jsonl"], "does not exist"),
+    "absa output under a file": ([*BATCH, "--output", "afile/o.jsonl"], "is a file, not a directory"),
+    "absa concurrency past bound": (
+        [*BATCH, "--output", "o.jsonl", "--concurrency", "1000000000"],
+        "less than or equal to 1000",
+    ),
+    # absa-eval: dataset, config, errors before any progress output, bounds
+    "absa-eval dataset not utf-8": (
+        ["absa-eval", "bad.jsonl", "--model", "fake:x"],
+        "utf-8",
+    ),
+    "absa-eval dataset is a directory": (["absa-eval", "adir", "--model", "fake:x"], "adir"),
+    "absa-eval dataset empty": (["absa-eval", "empty.json", "--model", "fake:x"], "no items"),
+    "absa-eval config invalid yaml": ([*EVAL, "--config", "invalid.yaml"], "invalid YAML"),
+    "absa-eval config is a list": ([*EVAL, "--config", "list.yaml"], "must be a mapping"),
+    "absa-eval unknown provider": (
+        ["absa-eval", "gold.jsonl", "--model", "nope:x"],
+        "unknown model provider",
+    ),
+    "absa-eval concurrency past bound": (
+        [*EVAL, "--concurrency", "1000000000"],
+        "less than or equal to 1000",
+    ),
+    # arbitrate: the reports file, bounds
+    "arbitrate reports not utf-8": (["arbitrate", "bad.json", "--model", "fake:x"], "bad.json is not UTF-8"),
+    "arbitrate reports is a directory": (["arbitrate", "adir", "--model", "fake:x"], "is a directory"),
+    "arbitrate reports empty": (["arbitrate", "empty.json", "--model", "fake:x"], "empty.json is empty"),
+    "arbitrate reports invalid json": (["arbitrate", "invalid.json", "--model", "fake:x"], "not valid JSON"),
+    "arbitrate concurrency past bound": (
+        ["arbitrate", "reports.json", "--model", "fake:x", "--concurrency", "1000000000"],
+        "less than or equal to 1000",
+    ),
+    # bench: data files, output folder, --report-only files, bounds
+    "bench gsm8k data not utf-8": (
+        [*BENCH, "--task", "gsm8k:bad.jsonl", "--out", "o"],
+        "utf-8",
+    ),
+    "bench mcq data is a directory": ([*BENCH, "--task", "mcq:adir", "--out", "o"], "adir"),
+    "bench absa data not utf-8": (
+        [*BENCH, "--task", "absa:bad.jsonl", "--out", "o"],
+        "utf-8",
+    ),
+    "bench out is a file": ([*BENCH, "--out", "afile"], "is a file, not a directory"),
+    "bench out under a file": ([*BENCH, "--out", "afile/run"], "is a file, not a directory"),
+    "bench report-only empty run.json": ([*BENCH, "--report-only", "--out", "emptyrun"], "run.json is empty"),
+    "bench report-only run.json a list": ([*BENCH, "--report-only", "--out", "listrun"], "JSON object"),
+    "bench report-only run.json not utf-8": ([*BENCH, "--report-only", "--out", "badrun"], "not UTF-8"),
+    "bench n past bound": ([*BENCH, "--n", "1000000000", "--out", "o"], "less than or equal to 100000"),
+    "bench vote past bound": ([*BENCH, "--methods", "vote:1000000000", "--out", "o"], "at most"),
+    "bench society agents past bound": ([*BENCH, "--methods", "society:1000000:2", "--out", "o"], "at most"),
+    "bench society rounds past bound": ([*BENCH, "--methods", "society:3:1000000", "--out", "o"], "at most"),
+    "bench concurrency past bound": (
+        [*BENCH, "--concurrency", "1000000000", "--out", "o"],
+        "less than or equal to 1000",
+    ),
+    "bench model concurrency past bound": (
+        [*BENCH, "--model-concurrency", "1000000000", "--out", "o"],
+        "less than or equal to 1000",
+    ),
     # protocols
     "protocols extra argument": (["protocols", "extra"], "No such command"),
 }
@@ -136,7 +213,8 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(
 
 def test_the_table_covers_every_subcommand() -> None:
     commands = {argv[0] for argv, _ in CASES.values()}
-    assert commands == {"run", "protocols"}
+    assert commands == {"run", "absa", "absa-eval", "arbitrate", "bench", "protocols"}
+    assert len(CASES) >= 40
 
 
 def test_real_non_utf8_argv_bytes_through_the_console_script(tmp_path: Path) -> None:

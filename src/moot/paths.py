@@ -65,29 +65,30 @@ def allow_outside_paths(allow: bool = True) -> Iterator[None]:
         _ALLOW.reset(token)
 
 
-def read_text(path: str | Path, what: str) -> str:
+def read_text(path: str | Path, what: str, *, error: type[UsageError] = UsageError) -> str:
     """The UTF-8 text of a user's file, or one clear error.
 
     Args:
         path: the file.
         what: what the file is, for the message (``"context file"``, ``"dataset"``...).
+        error: the exception class to raise (``ConfigError`` for files a config names).
 
     Raises:
         UsageError: missing, a directory, unreadable, or not UTF-8 (the byte offset is named).
     """
     path = Path(path)
     if path.is_dir():
-        raise UsageError(f"{what} {path} is a directory, not a file")
+        raise error(f"{what} {path} is a directory, not a file")
     if not path.is_file():
-        raise UsageError(f"{what} not found: {path}")
+        raise error(f"{what} not found: {path}")
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(
+        raise error(
             f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         ) from None
 

@@ -38,6 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from ..errors import ConfigError
+from ..paths import read_text, resolve_config_path, resolve_prompt_paths
 from ..protocol import MODE_PRESETS, Protocol, load_debate_block, load_protocol
 
 __all__ = [
@@ -172,20 +173,25 @@ def load_override_thresholds(path: str | Path | None = None) -> OverrideThreshol
     """Read override thresholds from a JSON file (default: the shipped one).
 
     Raises:
-        ConfigError: the file is unreadable or has unknown keys.
+        ConfigError: the file is missing, unreadable, not UTF-8, not a JSON object, or has unknown keys.
     """
+    if path is None:
+        text = (
+            resources.files("moot").joinpath("resources/debate_override_thresholds.json").read_text("utf-8")
+        )
+    else:
+        text = read_text(path, "override thresholds file", error=ConfigError)
     try:
-        if path is None:
-            text = (
-                resources.files("moot")
-                .joinpath("resources/debate_override_thresholds.json")
-                .read_text("utf-8")
-            )
-        else:
-            text = Path(path).read_text("utf-8")
         data = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read override thresholds {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"override thresholds {path} are not valid JSON: {exc}", key="debate_override"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"override thresholds {path} must be a JSON object of thresholds, not a {type(data).__name__}",
+            key="debate_override",
+        )
     data = {k: v for k, v in data.items() if not k.startswith("_")}  # "_comment" keys
     thresholds: OverrideThresholds = _validate(OverrideThresholds, data, prefix="debate_override")
     return thresholds
@@ -203,8 +209,9 @@ def _validate(model: type[_Strict], data: Any, *, prefix: str = "") -> Any:
         raise ConfigError(f"invalid config value at {key!r}: {err['msg']}", key=key) from None
 
 
-def _flatten(data: dict[str, Any]) -> dict[str, Any]:
+def _flatten(data: dict[str, Any], base_dir: Path | None, source: str) -> dict[str, Any]:
     # Seed 003 nests pipeline settings under ``pipeline:``; merge them into the top level.
+    # Paths in a config file (thresholds, prompts) resolve against its folder and stay in it.
     out = {k: v for k, v in data.items() if k != "pipeline"}
     pipeline = data.get("pipeline")
     if pipeline is not None:
@@ -215,7 +222,12 @@ def _flatten(data: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"{key!r} is set both at the top level and under 'pipeline'", key=key)
             out[key] = value
     if isinstance(out.get("debate_override"), str):
-        out["debate_override"] = load_override_thresholds(out["debate_override"]).model_dump()
+        ref: str | Path = out["debate_override"]
+        if base_dir is not None:
+            ref = resolve_config_path(str(ref), base_dir, key="debate_override", source=source)
+        out["debate_override"] = load_override_thresholds(ref).model_dump()
+    if base_dir is not None and isinstance(out.get("debate"), dict):
+        out["debate"] = resolve_prompt_paths(out["debate"], base_dir, source=source)
     return out
 
 
@@ -236,21 +248,28 @@ def load_config(source: str | Path | dict[str, Any] | AbsaConfig | None = None) 
         return source
     if source is None:
         source = "default"
+    base_dir: Path | None = None
     if isinstance(source, dict):
         data: Any = source
     else:
         text = _read_source(source)
         try:
-            data = yaml.safe_load(text) or {}
+            data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"invalid YAML in {source}: {exc}") from exc
+            message = " ".join(str(exc).split())  # one line: YAML errors quote the source over several
+            raise ConfigError(f"invalid YAML in {source}: {message}") from None
+        data = {} if data is None else data
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: an ABSA config must be a mapping, not a {type(data).__name__}")
+        data = dict(data)
         if isinstance(source, str) and source in SHIPPED_CONFIGS:
             data.setdefault("name", source)
-        elif "name" not in data:
-            data["name"] = Path(source).stem
+        else:
+            data.setdefault("name", Path(source).stem)
+            base_dir = Path(source).parent
     if not isinstance(data, dict):
         raise ConfigError("an ABSA config must be a mapping")
-    result: AbsaConfig = _validate(AbsaConfig, _flatten(data))
+    result: AbsaConfig = _validate(AbsaConfig, _flatten(data, base_dir, str(source)))
     return result
 
 
@@ -261,7 +280,7 @@ def _read_source(source: str | Path) -> str:
     if not path.is_file():
         known = ", ".join(SHIPPED_CONFIGS)
         raise ConfigError(f"no such ABSA config file: {source} (shipped configs: {known})", key="config")
-    return path.read_text("utf-8")
+    return read_text(path, "ABSA config", error=ConfigError)
 
 
 def ablations(config: AbsaConfig) -> dict[str, AbsaConfig]:

@@ -18,6 +18,8 @@ PRESET                        a preset name (``answer``, ``adversarial``...) run
                               with the task's parser
 ============================  ================================================================
 
+``K`` and ``N`` are at most 64, ``T`` at most 50 (:data:`MAX_AGENTS`, :data:`MAX_ROUNDS`).
+
 Every plain call (single, vote, society) goes through :func:`moot.models.call_model`
 with ``metadata = {"speaker": "agentI", "round": r, "method": NAME, "item": ID,
 "phase": "bench"}`` and a seed derived from ``(run seed, item, agent, round)``,
@@ -50,6 +52,8 @@ from .stats import majority, unanimous
 from .tasks import Item, Task
 
 __all__ = [
+    "MAX_AGENTS",
+    "MAX_ROUNDS",
     "MethodContext",
     "MethodSpec",
     "call_seed",
@@ -59,6 +63,11 @@ __all__ = [
     "run_method",
     "score_reply",
 ]
+
+MAX_AGENTS = 64
+"""Most samples of ``vote:K`` and agents of ``society:N:T`` (each holds its replies in memory)."""
+MAX_ROUNDS = 50
+"""Most rounds of ``society:N:T``, the same cap as a protocol's ``rounds``."""
 
 MethodKind = Literal["single", "vote", "society", "preset"]
 _SOCIETY_OPTIONS = ("early_stop", "debate_if_disagree")
@@ -91,13 +100,13 @@ class MethodSpec:
         return self.kind in ("society", "preset")
 
 
-def _positive(text: str, what: str, spec: str) -> int:
+def _positive(text: str, what: str, spec: str, most: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise UsageError(f"method {spec!r}: {what} must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise UsageError(f"method {spec!r}: {what} must be a positive integer, got {value}")
+    if not 1 <= value <= most:
+        raise UsageError(f"method {spec!r}: {what} must be a positive integer, at most {most}; got {value}")
     return value
 
 
@@ -130,11 +139,11 @@ def parse_method(text: str) -> MethodSpec:
     if head == "single" and len(parts) == 1:
         return MethodSpec(name="single", kind="single")
     if head == "vote" and len(parts) == 2:
-        k = _positive(parts[1], "K", spec)
+        k = _positive(parts[1], "K", spec, MAX_AGENTS)
         return MethodSpec(name=f"vote:{k}", kind="vote", agents=k, nominal_calls=k)
     if head == "society" and len(parts) in (3, 4):
-        n = _positive(parts[1], "N", spec)
-        t = _positive(parts[2], "T", spec)
+        n = _positive(parts[1], "N", spec, MAX_AGENTS)
+        t = _positive(parts[2], "T", spec, MAX_ROUNDS)
         if n < 2:
             raise UsageError(f"method {spec!r}: a society needs at least 2 agents")
         option = parts[3] if len(parts) == 4 else ""

@@ -56,6 +56,7 @@ from .records import ItemRecord
 from .tasks import Item, Task, make_task
 
 __all__ = [
+    "MAX_ITEMS",
     "RESULTS_FILE",
     "RUN_FILE",
     "BenchConfig",
@@ -67,6 +68,8 @@ __all__ = [
     "run_bench",
 ]
 
+MAX_ITEMS = 100_000
+"""Upper bound of ``n``: generated tasks build every item up front, so a huge ``n`` would hang."""
 RESULTS_FILE = "results.jsonl"
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
@@ -83,7 +86,7 @@ class BenchConfig(BaseModel):
     """Method specs as given (``--matched`` votes are added by :func:`expand_methods`)."""
     model: str = "local"
     """The model spec."""
-    n: int | None = Field(100, ge=1)
+    n: int | None = Field(100, ge=1, le=MAX_ITEMS)
     """Items; None takes every item of a data file."""
     seed: int = Field(0, ge=0)
     """Item sample and call seeds."""

@@ -25,6 +25,7 @@ from ..errors import UsageError
 from ..paths import read_text, set_outside_paths_allowed
 
 __all__ = [
+    "MAX_CONCURRENCY",
     "AllowOutsideOption",
     "allow_outside",
     "check_output_dir",
@@ -34,6 +35,9 @@ __all__ = [
     "read_text",
     "staged_output",
 ]
+
+MAX_CONCURRENCY = 1000
+"""Upper bound of every ``--concurrency`` option: more tasks in flight than any server takes."""
 
 AllowOutsideOption = Annotated[
     bool,

@@ -41,11 +41,22 @@ from ..absa.dataset import Dataset, read_dataset
 from ..absa.evaluate import EvalScores, prediction
 from ..absa.schemas import TraceStep
 from ..errors import UsageError
-from ..models import Model, Usage, default_model_spec, run_with_model
+from ..models import Model, Usage, default_model_spec, resolve_model, run_with_model
 from ..runs import Recording, recording
 from . import _exit
 from ._console import make_console, print_table, progress_bar
+from ._io import (
+    MAX_CONCURRENCY,
+    AllowOutsideOption,
+    allow_outside,
+    check_output_dir,
+    check_output_file,
+    check_text,
+    read_text,
+    staged_output,
+)
 from ._ray_options import RayOption, RayWorkersOption, ray_options
+from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
 
 if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only with --ray
@@ -61,12 +72,10 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
     or a bare JSON string. Blank lines are skipped.
 
     Raises:
-        UsageError: missing file, or a line without a sentence (its number is named).
+        UsageError: missing file, not UTF-8, or a line without a sentence (its number is named).
     """
-    if not path.is_file():
-        raise UsageError(f"input file not found: {path}")
     out: list[tuple[str, str]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_text(path, "input file").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -90,18 +99,19 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
 
 def _print_result(res: FinalResult, console: Console) -> None:
     mod = res.moderator
-    console.print(f"[bold]{res.label}[/] (confidence {res.confidence:.2f})  mode={res.mode}")
+    console.print(f"[bold]{markup(res.label)}[/] (confidence {res.confidence:.2f})  mode={res.mode}")
     if res.aspects:
         table = Table("aspect", "polarity", "confidence", "span")
         for a in res.aspects:
             span = f"{a['start']}:{a['end']}" if a.get("start") is not None else ""
-            table.add_row(str(a["aspect"]), str(a["polarity"]), f"{a['confidence']:.2f}", span)
+            table.add_row(markup(a["aspect"]), markup(a["polarity"]), f"{a['confidence']:.2f}", span)
         print_table(console, table, drop=("span", "confidence"))
     else:
         console.print("[dim]no aspects[/]")
     if mod is not None:
         console.print(
-            f"rules {' '.join(mod.applied_rules) or '-'} · stage {mod.selected_stage} · {mod.rationale}"
+            f"rules {' '.join(mod.applied_rules) or '-'} · stage {mod.selected_stage}"
+            f" · {markup(mod.rationale)}"
         )
     stats = res.override_stats
     console.print(
@@ -116,7 +126,7 @@ def _print_result(res: FinalResult, console: Console) -> None:
     trace = " → ".join(f"{s.name}{'✗' if not s.ok else ''}{'(skip)' if s.skipped else ''}" for s in res.trace)
     console.print(f"[dim]{trace} · {res.usage.calls} calls, {res.usage.total_tokens} tokens[/]")
     for name, err in res.errors.items():
-        console.print(f"[red]failed[/] {name}: {err[:200]}")
+        console.print(f"[red]failed[/] {markup(name)}: {markup(err[:200])}")
 
 
 async def _batch(
@@ -285,7 +295,7 @@ class _StageProgress:
         if step is None:
             self.status.update(f"{name} …")
             return
-        self.console.print(step.line(), markup=False, style=None if step.ok else "red", soft_wrap=True)
+        self.console.print(clean(step.line()), markup=False, style=None if step.ok else "red", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -307,7 +317,9 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--input", help="Batch: JSONL file of sentences.")
         ] = None,
         output: Annotated[Path | None, typer.Option(help="Batch: JSONL file to write results to.")] = None,
-        concurrency: Annotated[int, typer.Option(min=1, help="Batch: sentences in flight at once.")] = 1,
+        concurrency: Annotated[
+            int, typer.Option(min=1, max=MAX_CONCURRENCY, help="Batch: sentences in flight at once.")
+        ] = 1,
         report: Annotated[
             bool, typer.Option(help="Batch: print the debate metrics report at the end.")
         ] = False,
@@ -315,11 +327,17 @@ def register(app: typer.Typer) -> None:
         ray_workers: RayWorkersOption = None,
         store: StoreOption = None,
         no_store: NoStoreOption = False,
+        allow_outside_paths: AllowOutsideOption = False,
     ) -> int:
         """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
 
         Exit code: 0 complete, 1 a sentence had failed calls, 2 usage error.
         """
+        allow_outside(allow_outside_paths)
+        if sentence is not None:
+            check_text(sentence, "the sentence")
+        if output is not None:  # before any model loads or runs
+            check_output_file(output, "--output file")
         cfg = load_config(config)
         recorded = {"config": cfg.model_dump(mode="json"), "model": model}
         if input_file is None:
@@ -363,7 +381,9 @@ def register(app: typer.Typer) -> None:
                 store=store,
                 enabled=not no_store,
             ) as rec,
-            output.open("w", encoding="utf-8") as out,
+            # Results go to a hidden file renamed at the end: a batch that fails at the start leaves
+            # nothing, an interrupted one keeps the sentences it finished.
+            staged_output(output, "--output file", keep_partial=True) as out,
         ):
             if ray is None:
                 results, workers = run_with_model(
@@ -394,7 +414,9 @@ def absa_eval_cmd(
     config: Annotated[str | None, typer.Option(help="Config YAML or shipped name (the full system).")] = None,
     model: Annotated[str | None, typer.Option(help="Model spec, e.g. local or openai:gpt-4o-mini.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N sentences.")] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Sentences in flight at once.")] = 1,
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=MAX_CONCURRENCY, help="Sentences in flight at once.")
+    ] = 1,
     with_ablations: Annotated[
         bool,
         typer.Option("--ablations/--no-ablations", help="Also run abl_no_debate_override and abl_no_debate."),
@@ -426,13 +448,18 @@ def absa_eval_cmd(
     report: Annotated[bool, typer.Option(help="Print each config's debate metrics report.")] = False,
     store: StoreOption = None,
     no_store: NoStoreOption = False,
+    allow_outside_paths: AllowOutsideOption = False,
 ) -> None:
     """Aspect-tuple P/R/F1 and sentence-label accuracy, ablations side by side."""
+    allow_outside(allow_outside_paths)
     console = make_console(stderr=True)
+    if out is not None:
+        check_output_dir(out, "--out")
     dataset = _eval_data(data, limit, exclude_conflict, console)
     items = dataset.items
     cfg = load_config(config)
     configs = _eval_configs(cfg, configs_opt, with_ablations)
+    backend = resolve_model(model)  # an unknown provider fails here, before any progress output
     predictions = _open_predictions(out)
     cut: list[tuple[str, int]] = []
     recorded = {
@@ -467,7 +494,7 @@ def absa_eval_cmd(
 
             record = _eval_recorder(rec, items, advance)
             scores = run_with_model(
-                model,
+                backend,
                 lambda m: evaluate(
                     items, configs, model=m, concurrency=concurrency, on_result=done, timeout=timeout
                 ),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,6 +14,8 @@ from ..errors import UsageError
 from ..runs import recording
 from . import _exit
 from ._console import make_console, print_table
+from ._io import MAX_CONCURRENCY, read_json
+from ._safe import markup
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["load_reports", "print_arbitration", "register"]
@@ -24,14 +25,9 @@ def load_reports(path: Path) -> list[AgentReport]:
     """Read agent reports: a JSON list, or an object with a ``reports`` list.
 
     Raises:
-        UsageError: missing file, invalid JSON, or reports that do not validate.
+        UsageError: missing, empty or not UTF-8 file, invalid JSON, or reports that do not validate.
     """
-    if not path.is_file():
-        raise UsageError(f"reports file not found: {path}")
-    try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc}") from None
+    data: Any = read_json(path, "reports file")
     if isinstance(data, dict):
         data = data.get("reports")
     if not isinstance(data, list):
@@ -51,16 +47,17 @@ def print_arbitration(result: ArbitrationResult, out: Console) -> None:
     rulings = {r.contradiction_id: r for r in result.rulings}
     for c in result.contradictions:
         d = rulings[c.id].decision
+        # Agent names and metrics come from the reports, resolutions and errors from a model or server.
         table.add_row(
-            c.metric_name,
-            f"{c.agent1.agent}={c.agent1.value} vs {c.agent2.agent}={c.agent2.value}",
-            c.kind,
-            c.severity,
-            d.resolution if d else f"[red]failed[/] {rulings[c.id].error or ''}",
+            markup(c.metric_name),
+            markup(f"{c.agent1.agent}={c.agent1.value} vs {c.agent2.agent}={c.agent2.value}"),
+            markup(c.kind),
+            markup(c.severity),
+            markup(d.resolution) if d else f"[red]failed[/] {markup(rulings[c.id].error or '')}",
             f"{d.confidence:.2f}" if d else "-",
         )
     print_table(out, table, drop=("kind", "severity"))
-    out.print(result.consensus_narrative or "(no contradictions: nothing to arbitrate)")
+    out.print(markup(result.consensus_narrative or "(no contradictions: nothing to arbitrate)"))
     u = result.usage
     out.print(
         f"resolved {result.resolved} · flagged {result.flagged_for_review} · {u.calls} calls · "
@@ -75,7 +72,9 @@ def register(app: typer.Typer) -> None:
     def arbitrate_cmd(
         reports: Annotated[Path, typer.Argument(help="JSON file with the agents' reports.")],
         model: Annotated[str | None, typer.Option(help="Arbitrator model spec.")] = None,
-        concurrency: Annotated[int, typer.Option(min=1, help="Arbitration calls in flight at once.")] = 4,
+        concurrency: Annotated[
+            int, typer.Option(min=1, max=MAX_CONCURRENCY, help="Arbitration calls in flight at once.")
+        ] = 4,
         as_json: Annotated[bool, typer.Option("--json", help="Print only the result as JSON.")] = False,
         source_authority: Annotated[
             str,
@@ -100,7 +99,7 @@ def register(app: typer.Typer) -> None:
             if status == "progress" and data:
                 console.print(f"[dim]arbitrated {data['done']}/{data['total']}[/]")
             elif status == "complete" and data is not None:
-                console.print(f"[bold]{stage} complete[/]: {data}")
+                console.print(f"[bold]{markup(stage)} complete[/]: {markup(data)}")
 
         recorded: dict[str, Any] = {"reports": [r.model_dump(mode="json") for r in parsed], "model": model}
         recorded["concurrency"] = concurrency

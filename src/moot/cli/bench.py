@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import signal
 from pathlib import Path
@@ -24,7 +23,17 @@ from rich.progress import (
 
 from ..bench.records import ItemRecord
 from ..bench.report import REPORT_FILE, RICH_TABLE_DROP, ensure_plotting, rich_table, write_report
-from ..bench.runner import RESULTS_FILE, RUN_FILE, BenchConfig, BenchRun, RunObserver, load_records, run_bench
+from ..bench.runner import (
+    MAX_ITEMS,
+    RESULTS_FILE,
+    RUN_FILE,
+    BenchConfig,
+    BenchRun,
+    RunObserver,
+    expand_methods,
+    load_records,
+    run_bench,
+)
 from ..bench.tasks import make_task
 from ..errors import UsageError
 from ..models import run_with_model
@@ -32,6 +41,7 @@ from ..runs import open_store, recording
 from . import _exit
 from ._bench_store import RECORDED_OPTIONS, RecordingObserver, find_resume, finish_bench, merge_resume
 from ._console import make_console, print_table
+from ._io import MAX_CONCURRENCY, check_output_dir, read_json
 from ._ray_options import RayOption, RayWorkersOption, ray_options
 from ._store_options import NoStoreOption, StoreOption
 
@@ -97,10 +107,10 @@ def _report_only(out: Path) -> BenchRun:
     meta = out / RUN_FILE
     if not meta.is_file():
         raise UsageError(f"no {RUN_FILE} in {out}: nothing to report")
-    data: dict[str, Any] = json.loads(meta.read_text(encoding="utf-8"))
+    data = read_json(meta, "bench run file")
+    if not isinstance(data, dict):
+        raise UsageError(f"{meta} must hold a JSON object (the run's settings), not a {type(data).__name__}")
     config = BenchConfig.model_validate({k: v for k, v in data.items() if k in BenchConfig.model_fields})
-    from ..bench.runner import expand_methods
-
     specs = expand_methods(config.methods, config.matched)
     task = make_task(config.task, exclude_conflict=config.exclude_conflict)
     items = task.items(config.n, config.seed)
@@ -136,10 +146,12 @@ def bench(
         ),
     ] = "single,vote:3,society:3:2",
     model: Annotated[str, typer.Option("--model", help="Model spec, e.g. local or openai:MODEL.")] = "local",
-    n: Annotated[int, typer.Option("--n", min=0, help="Items (0: every item of a data file).")] = 100,
+    n: Annotated[
+        int, typer.Option("--n", min=0, max=MAX_ITEMS, help="Items (0: every item of a data file).")
+    ] = 100,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the item sample and the calls.")] = 0,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, help="Item x method units in flight.")
+        int, typer.Option("--concurrency", min=1, max=MAX_CONCURRENCY, help="Item x method units in flight.")
     ] = 4,
     out: Annotated[
         Path | None, typer.Option("--out", help="Output directory (default bench-out/TASK-MODEL-sSEED).")
@@ -168,7 +180,10 @@ def bench(
     model_concurrency: Annotated[
         int | None,
         typer.Option(
-            "--model-concurrency", min=1, help="Requests in flight at the backend (default: its own)."
+            "--model-concurrency",
+            min=1,
+            max=MAX_CONCURRENCY,
+            help="Requests in flight at the backend (default: its own).",
         ),
     ] = None,
     max_errors: Annotated[
@@ -227,12 +242,16 @@ def bench(
         fields = merge_resume(resumed, {k: v for k, v in fields.items() if given.get(k)})
         out = resumed.out
     out_dir = out or default_out(fields["task"], fields["model"], fields["seed"])
+    check_output_dir(out_dir, "--out")
     if not no_plots:
         ensure_plotting()
     if report_only:
         run = _report_only(out_dir)
     else:
         config = BenchConfig.model_validate(fields | {"concurrency": concurrency})
+        # Bad methods or data fail here, as one line, not inside the progress display.
+        expand_methods(config.methods, config.matched)
+        make_task(config.task, exclude_conflict=config.exclude_conflict).items(config.n, config.seed)
         ray = ray_options(ray_address, ray_workers, concurrency)
         if ray is None:  # with --ray the model is built on each worker, never loaded here
             from ..models import resolve_model
