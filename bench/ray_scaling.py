@@ -7,7 +7,11 @@ run each way; items/s counts only the units' time (``BenchRun.wall_s``: the work
 started and their models loaded before it starts), and the total wall time with the
 cluster start and model loads is printed beside it. The target is >= 1.7x with 2 workers.
 
-Run: ``python bench/ray_scaling.py [--n 24] [--workers 1,2] [--max-tokens 48] [--json FILE]``.
+The setups run in ``--rounds`` rounds, in a rotated order, and each setup's rounds are added
+up: on a shared machine the load drifts, and a setup measured only while it is high would look
+slower than it is.
+
+Run: ``python bench/ray_scaling.py [--n 8] [--rounds 3] [--workers 1,2] [--max-tokens 48] [--json FILE]``.
 The machine's load average is printed before and after: a busy machine shrinks the speed-up.
 """
 
@@ -55,9 +59,24 @@ def _ray(config: BenchConfig, out: Path, workers: int) -> dict[str, Any]:
     return _row(f"Ray, {workers} worker{'s' if workers > 1 else ''}", run, time.perf_counter() - t0)
 
 
+def _merge(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One setup's rounds added up: units over the summed units' time."""
+    units, wall = sum(r["units"] for r in rows), sum(r["units_wall_s"] for r in rows)
+    return {
+        "setup": rows[0]["setup"],
+        "units": units,
+        "units_wall_s": round(wall, 2),
+        "items_per_s": round(units / wall, 3),
+        "total_wall_s": round(sum(r["total_wall_s"] for r in rows), 2),
+        "accuracy": round(sum(r["accuracy"] * r["units"] for r in rows) / units, 3),
+        "per_round_items_per_s": [r["items_per_s"] for r in rows],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=24, help="arithmetic items")
+    parser.add_argument("--n", type=int, default=8, help="arithmetic items per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; each runs every setup, order rotated")
     parser.add_argument("--workers", default="1,2", help="Ray worker counts to run")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
@@ -74,21 +93,31 @@ def main() -> None:
     )
     before = os.getloadavg()
     print(f"load average before: {before}, cores: {os.cpu_count()}", flush=True)
-    print(f"embedded model, arithmetic, {args.n} items x single, max_tokens {args.max_tokens}", flush=True)
-    rows = []
+    print(
+        f"embedded model, arithmetic, {args.n} items x single x {args.rounds} rounds, "
+        f"max_tokens {args.max_tokens}",
+        flush=True,
+    )
+    setups = [0] + [int(w) for w in args.workers.split(",")]  # 0: no Ray
+    runs: dict[int, list[dict[str, Any]]] = {w: [] for w in setups}
     with tempfile.TemporaryDirectory() as tmp:
-        setups = [("local", 0)] + [("ray", int(w)) for w in args.workers.split(",")]
-        for kind, workers in setups:
-            out = Path(tmp) / f"{kind}{workers}"
-            row = _local(config, out) if kind == "local" else _ray(config, out, workers)
-            row["speedup"] = round(row["items_per_s"] / rows[0]["items_per_s"], 2) if rows else 1.0
-            rows.append(row)
-            print(
-                f"{row['setup']:<20} {row['items_per_s']:6.3f} items/s  speed-up {row['speedup']:.2f}x  "
-                f"units {row['units_wall_s']:.1f} s, total {row['total_wall_s']:.1f} s  "
-                f"accuracy {row['accuracy']:.3f}  per worker {[w['units'] for w in row['workers']]}",
-                flush=True,
-            )
+        for round_ in range(args.rounds):
+            # Rotate the order: the load of a shared machine drifts, and no setup should always go first.
+            order = setups[round_ % len(setups) :] + setups[: round_ % len(setups)]
+            for workers in order:
+                out = Path(tmp) / f"r{round_}-w{workers}"
+                row = _local(config, out) if workers == 0 else _ray(config, out, workers)
+                runs[workers].append(row)
+                print(f"  round {round_}: {row['setup']:<20} {row['items_per_s']:6.3f} items/s", flush=True)
+    rows = [_merge(runs[w]) for w in setups]
+    for row in rows:
+        row["speedup"] = round(row["items_per_s"] / rows[0]["items_per_s"], 2)
+        print(
+            f"{row['setup']:<20} {row['items_per_s']:6.3f} items/s  speed-up {row['speedup']:.2f}x  "
+            f"units {row['units_wall_s']:.1f} s, total {row['total_wall_s']:.1f} s  "
+            f"accuracy {row['accuracy']:.3f}",
+            flush=True,
+        )
     after = os.getloadavg()
     print(f"load average after: {after}", flush=True)
     if args.json is not None:
