@@ -13,6 +13,7 @@ from moot.bench.parsers import (
     lenient_choice,
     lenient_label,
     lenient_number,
+    matchable_options,
     parse_choice,
     parse_label,
     parse_number,
@@ -183,6 +184,54 @@ def test_parse_choice_reads_answers(text: str, value: str, rule: str) -> None:
 @pytest.mark.parametrize("text", _CHOICE_REFUSED)
 def test_parse_choice_refuses_non_answers(text: str) -> None:
     assert parse_choice(text, "ABCD").failed
+
+
+# Real replies of the embedded model to ARC-Challenge validation items (bench/results/public/).
+_ICE = (
+    "An ice cube melts and then evaporates. The ice cube and the water vapor have the same",
+    ["mass.", "density.", "volume.", "temperature."],
+)
+_CAT = (
+    "Which trait would a cat most likely inherit from its parents?",
+    ["having a scar", "chasing a toy", "having white fur", "knowing its name"],
+)
+_OPTION_TEXT = [
+    # A reply with no letter that names one option's text: that option, right or wrong.
+    (_ICE, "An ice cube melts and then evaporates, resulting in the same mass as the water vapor.", "A"),
+    (
+        _ICE,
+        "One agent response:\n```An ice cube melts and then evaporates, resulting in the same mass as"
+        " the water vapor.\n```\n\nThis is the final answer.",
+        "A",
+    ),
+    (_CAT, "A cat would most likely inherit the trait of having a scar from its parents.", "A"),
+    (_CAT, "The cat inherits HAVING WHITE FUR!", "C"),
+    # Refused: the option list repeated, two options named, a negated option, only the question echoed.
+    (_CAT, "A) having a scar\nB) chasing a toy\nC) having white fur\nD) knowing its name", None),
+    (_CAT, "Either having a scar or having white fur.", None),
+    (_ICE, "It is not the mass of the ice cube that stays.", None),
+    (
+        (
+            "Which gas do plants take in? Oxygen or carbon dioxide",
+            ["oxygen", "carbon dioxide", "water", "nitrogen"],
+        ),
+        "Plants take in oxygen or carbon dioxide.",
+        None,
+    ),
+    # Short or numeric options are never matched by text; a letter answer keeps its own rule.
+    (("What is 2 + 2?", ["4", "5", "22", "0"]), "2 + 2 is 4.", None),
+    (_ICE, "The answer is (B): density.", "B"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "value"), _OPTION_TEXT)
+def test_parse_choice_reads_an_options_text_without_a_letter(
+    case: tuple[str, list[str]], text: str, value: str | None
+) -> None:
+    parsed = parse_choice(text, "ABCD", matchable_options(*case))
+    assert parsed.value == value
+    if value is not None:
+        assert parsed.rule == ("text" if "(" not in text else "paren")
 
 
 def test_lenient_choice() -> None:

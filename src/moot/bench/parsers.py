@@ -39,6 +39,9 @@ Multiple choice (``mcq``), letters restricted to the item's own letters:
   "I choose X" (``phrase``; ``paren`` when written ``(X)``), ``(X)``
   (``paren``), ``\boxed{X}`` (``boxed``), a letter mark like ``A)`` (``mark``).
 * ``bare``: the whole reply is one valid letter (``B``, ``B.``).
+* ``text``: a reply with no letter that names exactly one option's text (whole words, not
+  negated, the option at least 4 characters with a letter and absent from the question), as
+  "resulting in the same mass" for the option "mass." Two options named: no answer.
 * There is no "last capital letter" rule: "A" is an English word.
 
 Sentiment labels (``absa``), case-insensitive, restricted to the task's labels:
@@ -75,6 +78,7 @@ __all__ = [
     "lenient_choice",
     "lenient_label",
     "lenient_number",
+    "matchable_options",
     "parse_choice",
     "parse_label",
     "parse_number",
@@ -227,8 +231,11 @@ _LETTER_MARK_RE = re.compile(
 _BARE_RE = re.compile(r"\(?\s*([A-Z])\s*[).:]?")
 
 
-def parse_choice(text: str, letters: str) -> Parsed:
+def parse_choice(text: str, letters: str, options: tuple[str, ...] = ()) -> Parsed:
     """Parse a multiple-choice letter; ``letters`` are the item's valid letters, e.g. ``"ABCD"``.
+
+    ``options`` are the option texts in letter order; when given, a reply with no letter that names
+    exactly one of them is read as that option (rule ``text``).
 
     See the module docstring for the rules.
     """
@@ -255,9 +262,40 @@ def parse_choice(text: str, letters: str) -> Parsed:
         if len(cand) == 1 and cand in valid:
             found.append((m.start(), cand, "boxed"))
     if not found:
-        return _FAILED
+        return _option_text(text, valid, options) if options else _FAILED
     _, letter, rule = max(found, key=lambda f: f[0])
     return Parsed(letter, rule)
+
+
+def _words(text: str) -> str:
+    """Lower-case words separated by single spaces, punctuation dropped, padded for whole-word search."""
+    return " " + " ".join(re.findall(r"[a-z0-9']+", text.lower().replace("’", "'"))) + " "
+
+
+def matchable_options(question: str, options: list[str]) -> tuple[str, ...]:
+    """``options`` for the ``text`` rule: "" for each option the question itself contains."""
+    asked = _words(question)
+    return tuple("" if _words(option) in asked else option for option in options)
+
+
+def _option_text(text: str, letters: str, options: tuple[str, ...]) -> Parsed:
+    """``text`` rule: with no letter at all, a reply that names exactly one option's text, not negated.
+
+    Options of fewer than 4 characters or without a letter ("4", "no") are never matched: they
+    occur in reasoning by chance. ``options`` holds "" for an option the task left out (one that
+    the question itself contains, so that echoing the question is not an answer).
+    """
+    reply = _words(text)
+    hits = []
+    for letter, option in zip(letters, options, strict=False):
+        words = _words(option)
+        if len(words.strip()) < 4 or not re.search(r"[a-z]", words) or words not in reply:
+            continue
+        before = reply[: reply.index(words) + 1]  # keep the space before the option
+        if _NEGATION_RE.search(before):
+            continue
+        hits.append(letter)
+    return Parsed(hits[0], "text") if len(hits) == 1 else _FAILED
 
 
 def lenient_choice(text: str, letters: str) -> str | None:

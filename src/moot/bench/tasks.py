@@ -53,6 +53,7 @@ from .parsers import (
     lenient_choice,
     lenient_label,
     lenient_number,
+    matchable_options,
     parse_choice,
     parse_label,
     parse_number,
@@ -90,6 +91,8 @@ class Item:
         gold: the correct answer in canonical form (a canonical number or a letter).
         letters: the valid letters of a multiple-choice item, else "".
         aspect: the aspect term an ``absa`` item asks about, else "".
+        options: a multiple-choice item's option texts in letter order ("" for an option that
+            the question itself contains), for the parser's ``text`` rule; else empty.
     """
 
     id: str
@@ -97,6 +100,7 @@ class Item:
     gold: str
     letters: str = ""
     aspect: str = ""
+    options: tuple[str, ...] = ()
 
 
 class Task(ABC):
@@ -280,12 +284,14 @@ class MCQTask(Task):
             lines = "\n".join(f"{k}) {v}" for k, v in choices.items())
             fmt = render_prompt("bench_format_choice.md", letters=", ".join(letters))
             prompt = render_prompt("bench_mcq.md", question=question, choices=lines, format=fmt)
-            items.append(Item(id=_item_id(row, "mcq", line), prompt=prompt, gold=gold, letters=letters))
+            options = matchable_options(question, list(choices.values()))
+            item_id = _item_id(row, "mcq", line)
+            items.append(Item(id=item_id, prompt=prompt, gold=gold, letters=letters, options=options))
         return _sample(items, n, seed, self.path)
 
     def parse(self, text: str, item: Item, *, truncated: bool = False) -> Parsed:
         """Letter parser restricted to the item's letters."""
-        return parse_choice(text, item.letters)
+        return parse_choice(text, item.letters, item.options)
 
     def lenient(self, text: str, item: Item) -> str | None:
         """The last valid letter standing alone."""
