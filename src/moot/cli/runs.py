@@ -245,26 +245,48 @@ def compare_cmd(
         return
     console = _console()
     title = f"A = {cmp.a.id[:8]} · B = {cmp.b.id[:8]}"
-    if isinstance(cmp, BenchComparison):
-        table = Table(
-            "method", "A", "B", "B − A", "shared", "only A right", "only B right", "McNemar p", title=title
-        )
-        for m in cmp.methods:
-            t = m.test
-            diff = "-" if m.diff is None else f"{100 * m.diff:+.1f} pts"
-            tail = (
-                ["-"] * 4
-                if t is None
-                else [str(t.n), str(t.only_a), str(t.only_b), f"{t.p_value:.3g} ({t.test})"]
-            )
-            a_cell = f"{_pct(m.a_accuracy)} (n={m.a_n})" if m.a_n else "-"
-            b_cell = f"{_pct(m.b_accuracy)} (n={m.b_n})" if m.b_n else "-"
-            table.add_row(escape(m.method), a_cell, b_cell, diff, *tail)
-        print_table(console, table, drop=("only A right", "only B right", "shared"))
+    if not isinstance(cmp, BenchComparison):
+        _side_by_side(console, cmp.rows, title)
         return
+    _side_by_side(console, cmp.settings, f"{title} · task {cmp.a.config.get('task')}")
+    table = Table(
+        "method",
+        "A",
+        "B",
+        "B − A",
+        "shared",
+        "B − A shared",
+        "only A right",
+        "only B right",
+        "McNemar p",
+        title="accuracy per method; McNemar on the items both runs finished",
+    )
+    for m in cmp.methods:
+        t = m.test
+        tail = ["-"] * 5
+        if t is not None:
+            p_value = f"{t.p_value:.3g} ({t.test})"
+            tail = [str(t.n), _pts(m.shared_diff), str(t.only_a), str(t.only_b), p_value]
+        a_cell = f"{_pct(m.a_accuracy)} (n={m.a_n})" if m.a_n else "-"
+        b_cell = f"{_pct(m.b_accuracy)} (n={m.b_n})" if m.b_n else "-"
+        table.add_row(escape(m.method), a_cell, b_cell, _pts(m.diff), *tail)
+    print_table(console, table, drop=("only A right", "only B right", "B − A shared", "shared"))
+    for m in cmp.methods:  # the discordant items, to open with `moot view` or `moot runs export`
+        for who, found in (("A", m.only_a_items), ("B", m.only_b_items)):
+            if found:
+                shown = ", ".join(found[:20]) + (f" … ({len(found)} in all)" if len(found) > 20 else "")
+                console.print(f"{escape(m.method)}: only {who} right on {escape(shown)}", highlight=False)
+
+
+def _pts(diff: float | None) -> str:
+    return "-" if diff is None else f"{100 * diff:+.1f} pts"
+
+
+def _side_by_side(console: Console, rows: list[tuple[str, str, str]], title: str) -> None:
+    """``(field, A, B)`` rows; the fields where the runs differ are marked."""
     table = Table("", "A", "B", title=title)
-    for name, x, y in cmp.rows:
-        table.add_row(name, escape(x), escape(y))
+    for name, x, y in rows:
+        table.add_row(name, escape(x), escape(y), style=None if x == y else "bold")
     print_table(console, table)
 
 

@@ -1,8 +1,10 @@
 """Two runs side by side: ``moot runs compare A B`` and the viewer's compare page.
 
-* Two **bench** runs on the same task: per-method accuracy of each run and the
-  difference, and for every method both ran a paired McNemar test on the items
-  both finished (the statistics of :mod:`moot.bench.stats`).
+* Two **bench** runs on the same task: the runs' settings and usage side by
+  side, per-method accuracy of each run and the difference, and for every
+  method both ran a paired McNemar test on the items both finished (the
+  statistics of :mod:`moot.bench.stats`), with the difference on those shared
+  items and the items only one run got right.
 * Two **debates** (``moot run``): topic, protocol, final answer, decision,
   fallback, rounds and usage, row by row.
 """
@@ -33,6 +35,8 @@ class MethodComparison:
         b_n: the same for run B.
         b_correct: of those, correct.
         test: McNemar on the items both finished (None when the method is in one run only).
+        only_a_items: the shared items A got right and B wrong.
+        only_b_items: the shared items B got right and A wrong.
     """
 
     method: str
@@ -41,6 +45,8 @@ class MethodComparison:
     b_n: int
     b_correct: int
     test: McNemar | None
+    only_a_items: tuple[str, ...] = ()
+    only_b_items: tuple[str, ...] = ()
 
     @property
     def a_accuracy(self) -> float | None:
@@ -59,6 +65,13 @@ class MethodComparison:
             return None
         return self.b_accuracy - self.a_accuracy
 
+    @property
+    def shared_diff(self) -> float | None:
+        """B's accuracy minus A's on the items both finished: the paired difference McNemar tests."""
+        if self.test is None or self.test.n == 0:
+            return None
+        return (self.test.only_b - self.test.only_a) / self.test.n
+
 
 @dataclass
 class BenchComparison:
@@ -67,6 +80,8 @@ class BenchComparison:
     a: RunRecord
     b: RunRecord
     methods: list[MethodComparison] = field(default_factory=list)
+    settings: list[tuple[str, str, str]] = field(default_factory=list)
+    """``(field, A's value, B's value)``: model, n, seed, status, items, usage, wall time."""
     kind: str = "bench"
 
 
@@ -94,7 +109,8 @@ def _bench(store: RunStore, a: RunRecord, b: RunRecord) -> BenchComparison:
             f"({a.config.get('task')!r} vs {b.config.get('task')!r}): nothing to pair"
         )
     ra, rb = _by_method(bench_records(store, a.id)), _by_method(bench_records(store, b.id))
-    out = BenchComparison(a, b)
+    left, right = _bench_settings(a, ra), _bench_settings(b, rb)
+    out = BenchComparison(a, b, settings=[(k, left[k], right[k]) for k in left])
     for method in list(ra) + [m for m in rb if m not in ra]:
         xa, xb = ra.get(method, {}), rb.get(method, {})
         shared = [i for i in xa if i in xb]
@@ -102,19 +118,51 @@ def _bench(store: RunStore, a: RunRecord, b: RunRecord) -> BenchComparison:
         if method in ra and method in rb:
             test = mcnemar(f"A:{method}", f"B:{method}", [xa[i] for i in shared], [xb[i] for i in shared])
         out.methods.append(
-            MethodComparison(method, len(xa), sum(xa.values()), len(xb), sum(xb.values()), test)
+            MethodComparison(
+                method,
+                len(xa),
+                sum(xa.values()),
+                len(xb),
+                sum(xb.values()),
+                test,
+                only_a_items=tuple(i for i in shared if xa[i] and not xb[i]),
+                only_b_items=tuple(i for i in shared if xb[i] and not xa[i]),
+            )
         )
     return out
 
 
-def _debate_rows(result: DebateResult | None, record: RunRecord) -> dict[str, str]:
+def _usage(record: RunRecord) -> str:
     u = record.usage
+    return f"{u.calls} calls · {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens"
+
+
+def _wall(record: RunRecord) -> str:
+    return "-" if record.wall_s is None else f"{record.wall_s:.1f}s"
+
+
+def _bench_settings(record: RunRecord, units: dict[str, dict[str, bool]]) -> dict[str, str]:
+    cfg = record.config
+    items = {i for by_item in units.values() for i in by_item}
+    return {
+        "status": record.status,
+        "model": record.model,
+        "n": str(cfg.get("n")),
+        "seed": str(cfg.get("seed")),
+        "items run": str(len(items)),
+        "units run": str(sum(len(by_item) for by_item in units.values())),
+        "usage": _usage(record),
+        "wall": _wall(record),
+    }
+
+
+def _debate_rows(result: DebateResult | None, record: RunRecord) -> dict[str, str]:
     rows = {
         "status": record.status,
         "topic": record.title,
         "model": record.model,
-        "usage": f"{u.calls} calls · {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens",
-        "wall": "-" if record.wall_s is None else f"{record.wall_s:.1f}s",
+        "usage": _usage(record),
+        "wall": _wall(record),
     }
     if result is None:
         return rows | {"final answer": "(no result recorded)"}
@@ -167,6 +215,7 @@ def as_json(cmp: BenchComparison | DebateComparison) -> dict[str, Any]:
                 "a": {"n": m.a_n, "correct": m.a_correct, "accuracy": m.a_accuracy},
                 "b": {"n": m.b_n, "correct": m.b_correct, "accuracy": m.b_accuracy},
                 "diff": m.diff,
+                "shared_diff": m.shared_diff,
                 "mcnemar": None
                 if test is None
                 else {
@@ -175,7 +224,10 @@ def as_json(cmp: BenchComparison | DebateComparison) -> dict[str, Any]:
                     "only_b": test.only_b,
                     "p_value": test.p_value,
                     "test": test.test,
+                    "only_a_items": list(m.only_a_items),
+                    "only_b_items": list(m.only_b_items),
                 },
             }
         )
-    return head | {"task": cmp.a.config.get("task"), "methods": methods}
+    settings = [{"field": k, "a": x, "b": y} for k, x, y in cmp.settings]
+    return head | {"task": cmp.a.config.get("task"), "settings": settings, "methods": methods}
