@@ -145,6 +145,20 @@ def test_browse_list_debate_bench_item_and_absa(
     page.wait_for_url("**kind=bench**")
     assert page.locator("table#runs tbody tr").count() == 2
 
+    # Tick the two bench runs and compare them: accuracy per method side by side, McNemar.
+    for box in page.locator("input.pick").all():
+        box.check()
+    page.click("#compare-picked")
+    page.wait_for_url("**/compare?**")
+    methods = page.locator("table.compare.methods").inner_text()
+    assert "society:3:2" in methods and "exact" in methods
+    assert {ids["bench_a"], ids["bench_b"]} <= set(
+        page.locator("a[href^='/runs/']").evaluate_all(
+            "els => els.map(e => e.getAttribute('href').split('/')[2])"
+        )
+    )
+    _shot(page, shots, "view-compare.png")
+
     # A debate: lanes per speaker, rounds, the verdict; a <script> reply is text and never runs.
     page.goto(base + "/")
     page.click("text=Should we write tests first?")
