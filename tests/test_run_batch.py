@@ -167,3 +167,25 @@ def test_output_that_is_not_results_is_refused(
     assert main(argv) == 2
     assert "line 1 is not a moot run result" in capsys.readouterr().err
     assert out.read_text() == '{"something": "else"}\n{"more": 1}\n'
+
+
+def test_unicode_line_separators_inside_json_strings_do_not_split_lines(
+    model: FunctionModel, tmp_path: Path
+) -> None:
+    # Results are written with ensure_ascii=False: a topic or reply may hold U+2028 or U+0085 raw.
+    topics = tmp_path / "topics.jsonl"
+    lines = [{"topic": "One\u2028two?", "id": "a"}, {"topic": "Three\x85four?", "id": "b"}]
+    topics.write_text("".join(json.dumps(t, ensure_ascii=False) + "\r\n" for t in lines), encoding="utf-8")
+    out = tmp_path / "r.jsonl"
+    argv = ["run", "--input", str(topics), "--output", str(out), "--model", "fake:x"]
+    assert main(argv) == 0
+    assert "\u2028" in out.read_text(encoding="utf-8")
+    calls = len(model.requests)
+    assert main(argv) == 0  # resumes: both results read back, nothing run again
+    assert len(model.requests) == calls
+    assert sorted(
+        json.loads(line)["input_id"] for line in out.read_text(encoding="utf-8").split("\n") if line
+    ) == [
+        "a",
+        "b",
+    ]

@@ -151,3 +151,12 @@ def test_absa_eval_limit(capsys: pytest.CaptureFixture[str]) -> None:
     )
     scores = json.loads(capsys.readouterr().out)
     assert scores["abl_no_debate"]["n"] == 3
+
+
+def test_input_sentences_may_hold_unicode_line_separators(tmp_path: Path) -> None:
+    from moot.cli.absa import read_inputs
+
+    path = tmp_path / "in.jsonl"
+    rows = [{"id": "a", "sentence": "Great\u2028tea."}, {"id": "b", "sentence": "Cold\x85soup."}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    assert read_inputs(path) == [("a", "Great\u2028tea."), ("b", "Cold\x85soup.")]

@@ -75,7 +75,7 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
         UsageError: missing file, not UTF-8, or a line without a sentence (its number is named).
     """
     out: list[tuple[str, str]] = []
-    for number, line in enumerate(read_text(path, "input file").splitlines(), 1):
+    for number, line in enumerate(read_text(path, "input file").split("\n"), 1):  # not at U+2028
         if not line.strip():
             continue
         try:

@@ -54,7 +54,8 @@ def read_topics(path: Path) -> list[TopicItem]:
         raise UsageError(f"input file not found: {path}")
     items: list[TopicItem] = []
     seen: dict[str, int] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    # Lines end at "\n" only: str.splitlines() also splits at U+2028 or U+0085, which JSON strings hold raw.
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -105,7 +106,9 @@ def read_done(path: Path) -> dict[str, DebateResult]:
         return {}
     if not path.is_file():
         raise UsageError(f"--output {path} is not a file")
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    # Split at "\n" only: results are written with ensure_ascii=False, so a reply may hold U+2028 raw.
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
     done: dict[str, DebateResult] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
