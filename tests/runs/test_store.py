@@ -122,6 +122,17 @@ def test_keys_are_never_stored(tmp_path: Path) -> None:
     }
 
 
+def test_the_cheap_secret_check_agrees_with_the_regex() -> None:
+    from moot.runs.recording import _SECRET_IN_JSON, _may_hold_secret
+
+    secret = ["api_key", "API-KEY", "apikey", "openai_api_key", "token", "access_token", "Auth-Token"]
+    secret += ["client_secret", "Password", "passwd", "authorization", "bearer", "credential", "credentials"]
+    plain = ["key", "max_tokens", "tokens", "keys", "mytoken", "secrets", "author", "model"]
+    for name in secret + plain:
+        text = json.dumps({"outer": {name: "v"}, "persona": {"key": "judge"}})
+        assert _may_hold_secret(text) == bool(_SECRET_IN_JSON.search(text)) == (name in secret), name
+
+
 def test_list_filters_sorts_and_prefixes(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs.db")
     a = store.create_run("run", title="Is tea good?", model="openai:a")
