@@ -85,6 +85,7 @@ def _tree(root: Path) -> set[str]:
 
 
 RUN = ["run", "Why?", "--model", "fake:x"]
+BATCH_RUN = ["run", "--model", "fake:x", "--no-store", "--input"]
 ABSA = ["absa", "--model", "fake:x"]
 BATCH = [*ABSA, "--input", "sentences.jsonl"]
 EVAL = ["absa-eval", "gold.jsonl", "--model", "fake:x", "--no-ablations"]
@@ -113,6 +114,11 @@ CASES: dict[str, tuple[list[str], str]] = {
     "run extends cycle": ([*RUN, "--config", "a.yaml"], "extends: cycle"),
     "run extends itself": ([*RUN, "--config", "self.yaml"], "extends: cycle"),
     "run rounds past bound": ([*RUN, "--rounds", "1000000000"], "rounds"),
+    "run batch input not utf-8": ([*RUN[:1], "--input", "bad.jsonl", "--output", "o.jsonl"], "not UTF-8"),
+    "run batch input is a directory": (
+        [*RUN[:1], "--input", "adir", "--output", "o.jsonl"],
+        "is a directory",
+    ),
     # absa: sentence, config shapes and references, batch input and output
     "absa sentence not utf-8": ([*ABSA, BAD_ARG], "the sentence is not valid UTF-8"),
     "absa config not utf-8": ([*ABSA, "The soup.", "--config", "bad.yaml"], "bad.yaml is not UTF-8"),

@@ -180,3 +180,58 @@ def test_model_output_cannot_drive_the_terminal(
         assert seq not in shown
     assert "visiblehidden" in shown.replace("\n", "").replace(" ", "").replace("│", "")
     assert "[bold red]fake markup[/]" in shown  # shown literally, not rendered as markup
+
+
+def test_absa_config_paths_are_confined(outside: Path) -> None:
+    from moot.absa import load_config
+
+    folder = outside / "cfg"
+    (outside / "th.json").write_text('{"min_total": 9}', encoding="utf-8")
+    (folder / "th.json").write_text('{"min_total": 2.5}', encoding="utf-8")
+    cfg = folder / "absa.yaml"
+    cfg.write_text("debate_override: ../th.json\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="debate_override.*outside the config's folder"):
+        load_config(str(cfg))
+    cfg.write_text("debate:\n  speaker_prompt: /etc/passwd\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="speaker_prompt.*outside the config's folder"):
+        load_config(str(cfg))
+    cfg.write_text("debate_override: th.json\n", encoding="utf-8")  # next to the config: read
+    assert load_config(str(cfg)).thresholds().min_total == 2.5
+
+
+def test_absa_output_cannot_drive_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    from moot.absa import FinalResult
+    from moot.cli._console import make_console
+    from moot.cli.absa import _print_result
+
+    aspect = {"aspect": HOSTILE, "polarity": "negative", "confidence": 0.9, "start": None, "end": None}
+    res = FinalResult(
+        sentence="s", label="negative", confidence=0.9, aspects=[aspect], errors={"stage1": HOSTILE}
+    )
+    _print_result(res, make_console())
+    shown = capsys.readouterr().out
+    assert "fake markup" in shown  # the hostile text was shown...
+    for seq in ("\x1b", "\x9b", "\x07", "\r", "\u202e"):  # ...without its control sequences
+        assert seq not in shown
+
+
+def test_arbitrate_output_cannot_drive_the_terminal(
+    fake_provider: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from moot.models.testing import schema_instance
+
+    def reply(req: ModelRequest) -> object:  # a valid ruling whose free text is hostile
+        data = schema_instance(req.json_schema or {})
+        return {k: HOSTILE if isinstance(v, str) and set(v) == {"x"} else v for k, v in data.items()}
+
+    fake_provider("evil", lambda rest: FunctionModel(reply, name="evil:x"))
+    reports = tmp_path / "reports.json"
+    finding = {"metric": "rate", "value": 1.0, "citation": HOSTILE, "confidence": 0.9}
+    pair = [{"agent": "a", "findings": [finding]}, {"agent": "b", "findings": [{**finding, "value": 9.0}]}]
+    reports.write_text(json.dumps(pair), encoding="utf-8")
+    main(["arbitrate", str(reports), "--model", "evil:x", "--no-store"])
+    out = capsys.readouterr()
+    shown = out.out + out.err
+    assert "fake markup" in shown
+    for seq in ("\x1b", "\x9b", "\x07", "\r", "\u202e"):
+        assert seq not in shown

@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -43,6 +42,7 @@ from ._bench_store import RECORDED_OPTIONS, RecordingObserver, find_resume, fini
 from ._console import make_console, print_table
 from ._io import MAX_CONCURRENCY, check_output_dir, read_json
 from ._ray_options import RayOption, RayWorkersOption, ray_options
+from ._safe import markup
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["default_out", "register"]
@@ -87,7 +87,7 @@ class _ProgressObserver(RunObserver):
             self.progress.advance(self.task)
 
     def failed_unit(self, item_id: str, method: str, error: str) -> None:
-        self.console.print(f"[yellow]failed[/] {escape(item_id)} {escape(method)}: {escape(error)}")
+        self.console.print(f"[yellow]failed[/] {markup(item_id)} {markup(method)}: {markup(error)}")
 
 
 _METHOD_FLAGS = ("methods", "early_stop", "debate_if_disagree")

@@ -26,6 +26,7 @@ from ..runs import RunStatus, recording
 from ..transcript import DebateResult
 from . import _exit
 from ._console import progress_bar
+from ._io import read_text
 
 __all__ = ["TopicItem", "read_done", "read_topics", "run_batch"]
 
@@ -50,12 +51,10 @@ def read_topics(path: Path) -> list[TopicItem]:
         UsageError: a missing file, a line that is not a topic object (its number is named),
             an unknown field, two lines with the same key, or no topic at all.
     """
-    if not path.is_file():
-        raise UsageError(f"input file not found: {path}")
     items: list[TopicItem] = []
     seen: dict[str, int] = {}
     # Lines end at "\n" only: str.splitlines() also splits at U+2028 or U+0085, which JSON strings hold raw.
-    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+    for number, line in enumerate(read_text(path, "input file").split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -107,7 +106,7 @@ def read_done(path: Path) -> dict[str, DebateResult]:
     if not path.is_file():
         raise UsageError(f"--output {path} is not a file")
     # Split at "\n" only: results are written with ensure_ascii=False, so a reply may hold U+2028 raw.
-    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = read_text(path, "--output file").split("\n")
     lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
     done: dict[str, DebateResult] = {}
     for number, line in enumerate(lines, 1):

@@ -17,13 +17,13 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
 from ..runs import RunRecord, RunStore, default_store_path, load_result
 from ..runs.compare import BenchComparison, as_json, compare_runs
 from ._console import make_console, print_table
+from ._safe import clean, markup
 from ._store_options import StoreOption
 
 __all__ = ["register", "runs_app"]
@@ -82,8 +82,8 @@ def list_cmd(
             r.id[:8],
             _when(r.started_at),
             r.kind,
-            escape(title),
-            escape(r.model),
+            markup(title),
+            markup(r.model),
             r.status,
             str(r.usage.calls),
             str(r.usage.total_tokens),
@@ -126,7 +126,9 @@ def _show_absa_partial(opened: RunStore, record: RunRecord, console: Console) ->
         if stored.kind in ("step_started", "step_completed", "stage_output"):
             step = StageEvent.model_validate(stored.data).step
             if step is not None:
-                console.print(step.line(), markup=False, style=None if step.ok else "red", soft_wrap=True)
+                console.print(
+                    clean(step.line()), markup=False, style=None if step.ok else "red", soft_wrap=True
+                )
         elif stored.kind != "debate_completed":
             live(Event.model_validate({"kind": stored.kind, **stored.data}))
     console.print(f"[yellow]no final result ({record.status})[/]")
@@ -141,7 +143,7 @@ def _show_absa(opened: RunStore, record: RunRecord, console: Console) -> None:
         return
     for res in result if isinstance(result, list) else [result] if result is not None else []:
         if isinstance(result, list):
-            console.rule(escape(res.sentence))
+            console.rule(markup(res.sentence))
         _print_result(res, console)
 
 
@@ -161,11 +163,11 @@ def _show_other(opened: RunStore, record: RunRecord, console: Console) -> None:
 
 def _header(record: RunRecord, console: Console) -> None:
     console.print(
-        f"[bold]{record.kind}[/] run {record.id} · {record.status} · {escape(record.model)} · "
+        f"[bold]{record.kind}[/] run {record.id} · {record.status} · {markup(record.model)} · "
         f"started {_when(record.started_at)} · wall {_wall(record)} · moot {record.moot_version}"
     )
     if record.error:
-        console.print(f"[yellow]{escape(record.error)}[/]")
+        console.print(f"[yellow]{markup(record.error)}[/]")
 
 
 @runs_app.command("show")
@@ -269,13 +271,13 @@ def compare_cmd(
             tail = [str(t.n), _pts(m.shared_diff), str(t.only_a), str(t.only_b), p_value]
         a_cell = f"{_pct(m.a_accuracy)} (n={m.a_n})" if m.a_n else "-"
         b_cell = f"{_pct(m.b_accuracy)} (n={m.b_n})" if m.b_n else "-"
-        table.add_row(escape(m.method), a_cell, b_cell, _pts(m.diff), *tail)
+        table.add_row(markup(m.method), a_cell, b_cell, _pts(m.diff), *tail)
     print_table(console, table, drop=("only A right", "only B right", "B − A shared", "shared"))
     for m in cmp.methods:  # the discordant items, to open with `moot view` or `moot runs export`
         for who, found in (("A", m.only_a_items), ("B", m.only_b_items)):
             if found:
                 shown = ", ".join(found[:20]) + (f" … ({len(found)} in all)" if len(found) > 20 else "")
-                console.print(f"{escape(m.method)}: only {who} right on {escape(shown)}", highlight=False)
+                console.print(f"{markup(m.method)}: only {who} right on {markup(shown)}", highlight=False)
 
 
 def _pts(diff: float | None) -> str:
@@ -286,7 +288,7 @@ def _side_by_side(console: Console, rows: list[tuple[str, str, str]], title: str
     """``(field, A, B)`` rows; the fields where the runs differ are marked."""
     table = Table("", "A", "B", title=title)
     for name, x, y in rows:
-        table.add_row(name, escape(x), escape(y), style=None if x == y else "bold")
+        table.add_row(name, markup(x), markup(y), style=None if x == y else "bold")
     print_table(console, table)
 
 
