@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -73,3 +74,20 @@ def test_an_address_nothing_answers_at_fails_at_once() -> None:
         server.bind(("127.0.0.1", 0))
         server.listen()
         _check_reachable(f"ray://127.0.0.1:{server.getsockname()[1]}")  # answers: no error
+
+
+def test_starting_a_cluster_keeps_the_callers_sigterm_handler() -> None:
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'moot[ray]')")
+    from moot.scale import connect
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # what moot bench installs: save the finished units, print the hint
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with connect(RayOptions(address="local", workers=1)) as connected:
+            assert connected.is_initialized()
+            assert signal.getsignal(signal.SIGTERM) is handler  # ray.init's own would exit at once
+        assert not ray.is_initialized()  # the cluster started for the run is stopped after it
+    finally:
+        signal.signal(signal.SIGTERM, previous)

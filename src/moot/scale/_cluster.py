@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +104,10 @@ def connect(options: RayOptions) -> Iterator[Any]:
     os.environ.setdefault("RAY_worker_niceness", "0")
     quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     address = options.address.strip()
+    # ray.init replaces the SIGTERM handler with one that exits at once; keep the caller's (the CLI
+    # turns SIGTERM into an interrupt that saves the finished units and prints the resume hint).
+    main_thread = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
     try:
         if address == "local":
             ray.init(address="local", **_start_options(options.workers), **quiet)
@@ -115,6 +121,9 @@ def connect(options: RayOptions) -> Iterator[Any]:
             ray.init(address=address, **quiet)
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise UsageError(f"--ray {address}: cannot reach or start the Ray cluster: {err}") from None
+    finally:
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
     try:
         yield ray
     finally:
