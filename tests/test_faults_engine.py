@@ -192,6 +192,22 @@ class TestCancelledTurnsAndUsage:
         assert result.usage.attempts == len(model.requests) == 4
         assert result.usage.calls == 2
 
+    def test_a_turn_cut_off_during_its_repair_keeps_the_rejected_answer(self) -> None:
+        async def fn(req: ModelRequest) -> object:
+            if req.metadata["attempt"] == 1:
+                await asyncio.sleep(5)  # the repair is still running when the deadline passes
+            return "not json at all"
+
+        model = FunctionModel(fn)
+        result = run_debate(Debate({"extends": "answer", "timeout": 0.3}, model=model))
+        assert result.fallback is not None and result.fallback.startswith("timeout")
+        cut = result.rounds[0].turns
+        assert len(cut) == 2 and all(t.cancelled for t in cut)
+        for turn in cut:
+            assert turn.raw == "not json at all"
+            assert turn.error is not None and "its last answer was rejected: invalid output" in turn.error
+            assert (turn.usage.calls, turn.usage.attempts) == (1, 2)
+
     def test_retries_are_counted_as_attempts(self) -> None:
         failures = {"n": 0}
 

@@ -49,7 +49,9 @@ TOPICS = {
 def run_preset(name: str, model: Any) -> None:
     topic, context = TOPICS[name]
     proto = load_protocol(name, small(name))
-    result = Debate(proto, model=model).run_sync(topic, context=context)
+    # No deadline: these runs check each preset's mechanics on the real model, and a
+    # machine shared with other work must not turn them into timeouts (see test_time_bounds).
+    result = Debate(proto, model=model, overrides={"timeout": None}).run_sync(topic, context=context)
     expected_turns = len(proto.speakers())
     calls = expected_turns + (1 if proto.moderator else 0) + (1 if proto.judge else 0)
     assert len(result.rounds) == 1
@@ -68,7 +70,9 @@ def run_preset(name: str, model: Any) -> None:
         assert 1 <= result.usage.calls <= 2 * calls
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
     for turn in result.turns(include_judge=True):
-        assert turn.ok or (turn.error and turn.raw is not None), turn  # failed turns keep their raw text
+        # failed turns keep their raw text; a cancelled turn keeps the answer it had, if any
+        unanswered = turn.cancelled and turn.usage.calls == 0
+        assert turn.ok or unanswered or (turn.error and turn.raw is not None), turn
     if result.fallback is None and proto.judge is not None:
         assert result.final_answer is not None
     if name.startswith("adversarial") and result.fallback is None:

@@ -214,13 +214,14 @@ async def ask(
             out.error, out.exception = f"unexpected {type(exc).__name__} from {model.name}: {exc}", exc
             break
         out.raw, out.finish_reason, out.model = response.text, response.finish_reason, response.model
+        stats.raw, stats.error = response.text, None
         value, error, trimmed = _validate(
             output_type, response.text, response.finish_reason, validation_context
         )
         if value is not None:
             out.value, out.error, out.repaired, out.trimmed = value, None, attempt == 1, trimmed
             break
-        out.error = f"invalid output: {error}"
+        out.error = stats.error = f"invalid output: {error}"
         logger.info("%s: invalid output (attempt %d): %s", model.name, attempt + 1, error)
         if response.finish_reason == "length":
             error = f"{error} (the reply was cut off at the token limit: answer more briefly)"

@@ -51,9 +51,12 @@ def cancelled_turn(
 ) -> Turn:
     """The record of a call cut short by the run stopping; ``usage`` keeps the requests it sent."""
     queue_ms = stats.queue_s * 1000
+    # A call cut short during its repair keeps the answer it had already received.
+    earlier = f" (its last answer was rejected: {stats.error})" if stats.error else ""
     return Turn(
         **_slot(persona, phase, rnd, output),
-        error=f"cancelled: the debate stopped ({reason}) before this turn finished",
+        raw=stats.raw,
+        error=f"cancelled: the debate stopped ({reason}) before this turn finished{earlier}",
         error_kind="cancelled",
         cancelled=True,
         model=model,

@@ -160,6 +160,11 @@ class CallStats:
     """Answers received (calls, tokens) and requests sent (attempts)."""
     queue_s: float = 0.0
     """Seconds spent waiting for the model's concurrency gate (not model time)."""
+    raw: str | None = None
+    """The text of the last answer received (set by :func:`moot.structured.ask`), so a call
+    cut short while repairing an invalid answer still keeps what the model said."""
+    error: str | None = None
+    """Why that last answer was rejected, if it was."""
 
 
 _CURRENT_STATS: ContextVar[CallStats | None] = ContextVar("moot_call_stats", default=None)
