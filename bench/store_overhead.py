@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -87,6 +88,7 @@ def main() -> None:
     if args.out is None:
         args.out = Path(__file__).parent / "results" / f"store_overhead_{round(1000 * args.latency)}ms"
 
+    load_before = os.getloadavg()  # the machine is shared: the figures depend on what else runs
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp) / "runs.db", background=True)  # as the CLI opens it
         measure(20, 0.0, store)  # warm up: imports, prompt templates, the store's first pages
@@ -99,6 +101,7 @@ def main() -> None:
             p.stat().st_size for p in Path(tmp).glob("runs.db-*")
         )
         store.close()
+    load_after = os.getloadavg()
 
     med = {
         mode: {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s", "events")}
@@ -122,6 +125,8 @@ def main() -> None:
         "store_bytes_after": size,
         "goals": {"added_wall_pct": "< 5", "added_cpu_per_event_ms": "< 0.2"},
         "met": {"wall": 100 * added_wall < 5, "cpu": cpu_per_event_ms < 0.2},
+        "load_avg_1_5_15_before": load_before,
+        "load_avg_1_5_15_after": load_after,
         "all_runs": runs,
         "machine": f"{platform.machine()}, {platform.python_version()}, moot {__version__}",
     }
@@ -139,6 +144,8 @@ def main() -> None:
         f"cpu   without store {med['without']['cpu_s']:.3f} s   with store {med['with']['cpu_s']:.3f} s"
         f"   added {cpu_per_event_ms:.3f} ms per event   (goal < 0.2 ms)",
         f"store size after all repetitions: {size / 1e6:.1f} MB",
+        f"load average (1 min) on {os.cpu_count()} cores:"
+        f" {load_before[0]:.2f} before, {load_after[0]:.2f} after",
     ]
     args.out.with_suffix(".txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
