@@ -91,3 +91,11 @@ def test_absa_shows_each_stage_as_it_ends(capsys: pytest.CaptureFixture[str]) ->
     lines = captured.err.splitlines()
     for stage in ("ate: ok", "atsa: ", "validator: ok", "debate: ok", "moderator: ok"):
         assert any(line.startswith(stage) for line in lines), stage
+
+
+@pytest.mark.parametrize("command", ["bench", "absa"])
+def test_help_keeps_square_brackets_that_rich_markup_would_eat(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--help"]) == 0
+    assert "moot[ray]" in capsys.readouterr().out

@@ -16,7 +16,8 @@ RayOption = Annotated[
     typer.Option(
         "--ray",
         metavar="ADDRESS",
-        help="Run on a Ray cluster (needs moot[ray]): local starts one here, auto joins the one "
+        # typer renders help as rich markup, where a bare [ray] is a tag and vanishes.
+        help="Run on a Ray cluster (needs moot\\[ray]): local starts one here, auto joins the one "
         "running here (else starts one), or HOST:6379 / ray://HOST:10001. --concurrency is then per worker.",
         show_default=False,
     ),
