@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -160,3 +162,46 @@ def test_input_sentences_may_hold_unicode_line_separators(tmp_path: Path) -> Non
     rows = [{"id": "a", "sentence": "Great\u2028tea."}, {"id": "b", "sentence": "Cold\x85soup."}]
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     assert read_inputs(path) == [("a", "Great\u2028tea."), ("b", "Cold\x85soup.")]
+
+
+async def hangs_in_debate(request: ModelRequest) -> dict[str, Any]:
+    """Stage 1 answers; the debate on the zqx sentence hangs (a server that never replies)."""
+    about_zqx = any("zqx" in m.content for m in request.messages)
+    if about_zqx and request.metadata["speaker"] in ("analyst", "critic", "empath", "judge"):
+        await asyncio.sleep(60)
+    return brain(request)
+
+
+def test_timeout_single_sentence_keeps_what_completed_and_exits_1(
+    fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_provider("absahang", lambda rest: FunctionModel(hangs_in_debate, name="absahang"))
+    argv = ["absa", "The zqx hinge is terrible.", "--model", "absahang:x", "--no-store"]
+    started = time.perf_counter()
+    assert main([*argv, "--json", "--timeout", "0.5"]) == 1
+    assert time.perf_counter() - started < 5
+    captured = capsys.readouterr()
+    res = FinalResult.model_validate_json(captured.out)
+    assert res.failed and "deadline" in res.errors
+    assert res.trace and res.trace[0].ok and res.usage.calls > 0  # stage 1 finished and is kept
+    assert "timeout:" in captured.err
+    assert main([*argv, "--timeout", "0.5"]) == 1  # the human rendering names the cut too
+    assert "deadline" in capsys.readouterr().out
+
+
+def test_timeout_batch_writes_finished_and_marks_unfinished(
+    fake_provider: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_provider("absahang", lambda rest: FunctionModel(hangs_in_debate, name="absahang"))
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text('"Nice place."\n"The zqx hinge is terrible."\n', encoding="utf-8")
+    argv = ["absa", "--input", str(inp), "--output", str(out), "--model", "absahang:x", "--no-store"]
+    started = time.perf_counter()
+    assert main([*argv, "--config", "default", "--timeout", "0.5"]) == 1
+    assert time.perf_counter() - started < 5
+    lines = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    by_id = {x["id"]: x for x in lines}
+    assert len(lines) == 2 and "deadline" in by_id["2"]["errors"]
+    assert not by_id["1"]["errors"] and by_id["1"]["trace"]  # finished before the deadline, kept whole
+    assert "timeout: 1 sentences unfinished" in capsys.readouterr().err
+    assert main([*argv, "--config", "abl_no_debate", "--timeout", "5"]) == 0  # no debate: nothing hangs

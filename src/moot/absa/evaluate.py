@@ -128,16 +128,6 @@ def score(name: str, items: Sequence[GoldItem], results: Sequence[FinalResult]) 
     return s
 
 
-def _unfinished(sentence: str, seconds: float) -> FinalResult:
-    """The result of a sentence the deadline cut off: failed, so it is scored wrong."""
-    return FinalResult(
-        sentence=sentence,
-        label="neutral",
-        confidence=0.0,
-        errors={"deadline": f"not finished within the evaluation's --timeout of {seconds:g} s"},
-    )
-
-
 async def evaluate(
     items: Sequence[GoldItem],
     configs: dict[str, AbsaConfig],
@@ -175,14 +165,9 @@ async def evaluate(
             if on_result is not None:
                 on_result(_name, i, res)
 
-        try:
-            async with asyncio.timeout_at(deadline):
-                await run_absa_batch(sentences, model=mdl, config=cfg, concurrency=concurrency, on_result=cb)
-        except TimeoutError:
-            assert timeout is not None  # only the deadline raises here
-            for i, sentence in enumerate(sentences):
-                if i not in done:
-                    cb(i, _unfinished(sentence, timeout))
+        await run_absa_batch(
+            sentences, model=mdl, config=cfg, concurrency=concurrency, on_result=cb, deadline=deadline
+        )
         out[name] = score(name, items, [done[i] for i in range(len(items))])
     return out
 

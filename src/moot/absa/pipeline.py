@@ -75,6 +75,7 @@ async def run_absa(
     config: ConfigLike = None,
     on_progress: ProgressFn | None = None,
     on_event: EventFn | None = None,
+    deadline: float | None = None,
 ) -> FinalResult:
     """Analyse one sentence.
 
@@ -88,6 +89,9 @@ async def run_absa(
             as Stage 1, the review context and Stage 2 are done, and each debate
             :class:`~moot.transcript.Event` as it happens (``moot absa`` records them all, so a
             killed run keeps every completed step and turn).
+        deadline: the event loop's ``time()`` by which the run must end (``--timeout``). At
+            the deadline the run stops and returns what it completed (trace, usage, failed
+            calls) with a ``deadline`` entry in ``errors``, so the result counts as failed.
 
     Returns:
         The final result; failed calls are recorded in ``errors`` (never filled in).
@@ -100,6 +104,23 @@ async def run_absa(
     cfg = load_config(config)
     mdl = resolve_model(model)
     rec = Recorder(on_progress=on_progress, on_event=on_event)
+    if deadline is None:
+        return await _pipeline(sentence, mdl, cfg, rec)
+    try:
+        async with asyncio.timeout_at(deadline) as bound:
+            return await _pipeline(sentence, mdl, cfg, rec)
+    except TimeoutError:
+        if not bound.expired():  # a TimeoutError of the call itself, not the deadline
+            raise
+    result = FinalResult(sentence=sentence, label="neutral", confidence=0.0, mode=cfg.mode)
+    result.debate_enabled, result.override_enabled = cfg.debate_on, cfg.enable_debate_override
+    result.trace, result.usage = rec.trace, rec.usage
+    result.errors = dict(rec.errors) | {"deadline": "not finished before the --timeout deadline"}
+    return result
+
+
+async def _pipeline(sentence: str, mdl: Model, cfg: AbsaConfig, rec: Recorder) -> FinalResult:
+    """The stages of :func:`run_absa`, recorded in ``rec`` as they end."""
     stage1 = await run_stage1(sentence, mdl, cfg, rec)
     rec.emit(StageEvent(kind="stage_output", name="stage1", stage1=stage1))
 
@@ -172,6 +193,7 @@ async def run_absa_batch(
     config: ConfigLike = None,
     concurrency: int = 1,
     on_result: Callable[[int, FinalResult], Awaitable[None] | None] | None = None,
+    deadline: float | None = None,
 ) -> list[FinalResult]:
     """Analyse many sentences, ``concurrency`` at a time, calling ``on_result`` as each finishes.
 
@@ -181,6 +203,8 @@ async def run_absa_batch(
         config: as for :func:`run_absa` (loaded once).
         concurrency: sentences in flight at once.
         on_result: ``on_result(index, result)``, sync or async, called in completion order.
+        deadline: as for :func:`run_absa`, shared by every sentence: those not finished by
+            then (running or still queued) end as failed ``deadline`` results.
 
     Returns:
         The results in input order.
@@ -192,7 +216,7 @@ async def run_absa_batch(
 
     async def one(i: int, sentence: str) -> None:
         async with gate:
-            res = await run_absa(sentence, model=mdl, config=cfg)
+            res = await run_absa(sentence, model=mdl, config=cfg, deadline=deadline)
         results[i] = res
         if on_result is not None:
             out = on_result(i, res)

@@ -4,7 +4,7 @@
 
     moot absa "The pasta was great but the service was slow." [--config FILE] [--model SPEC] [--json]
     moot absa --input sentences.jsonl --output results.jsonl [--concurrency N] [--report]
-              [--ray ADDRESS [--ray-workers N]]
+              [--ray ADDRESS [--ray-workers N]] [--timeout S]
     moot absa-eval DATA.jsonl|DATA.xml [--config FILE] [--configs A,B] [--model SPEC] [--limit N]
                    [--no-ablations] [--out DIR] [--exclude-conflict] [--timeout S]
 """
@@ -138,6 +138,7 @@ async def _batch(
     console: Console,
     rec: Recording,
     ray: RayOptions | None = None,
+    timeout: float | None = None,
 ) -> tuple[list[FinalResult], list[dict[str, Any]]]:
     """Run the batch, here or on Ray workers; the results in input order and the per-worker counts."""
     with progress_bar(console) as progress:
@@ -160,9 +161,30 @@ async def _batch(
             done = await run_absa_batch_ray(sentences, model=model, config=config, ray=ray, on_result=write)
             return done.results, done.workers
         results = await run_absa_batch(
-            sentences, model=model, config=config, concurrency=concurrency, on_result=write
+            sentences,
+            model=model,
+            config=config,
+            concurrency=concurrency,
+            on_result=write,
+            deadline=_deadline(timeout),
         )
         return results, []
+
+
+def _deadline(timeout: float | None) -> float | None:
+    """``--timeout`` as the running loop's deadline for :func:`moot.absa.run_absa`."""
+    return None if timeout is None else asyncio.get_running_loop().time() + timeout
+
+
+def _timed_out(results: list[FinalResult], timeout: float | None) -> None:
+    """Say on stderr how many sentences ``--timeout`` cut off (their results are marked failed)."""
+    cut = sum("deadline" in r.errors for r in results)
+    if cut:
+        make_console(stderr=True).print(
+            f"[yellow]timeout:[/] {cut} sentences unfinished after --timeout {timeout:g} s "
+            "(recorded as failed with a deadline error)",
+            highlight=False,
+        )
 
 
 def _eval_recorder(
@@ -328,10 +350,19 @@ def register(app: typer.Typer) -> None:
         store: StoreOption = None,
         no_store: NoStoreOption = False,
         allow_outside_paths: AllowOutsideOption = False,
+        timeout: Annotated[
+            float | None,
+            typer.Option(
+                "--timeout",
+                min=0.1,
+                help="Seconds for the sentence (or the whole batch); what is unfinished then is "
+                "recorded as failed with a deadline error (exit 1).",
+            ),
+        ] = None,
     ) -> int:
         """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
 
-        Exit code: 0 complete, 1 a sentence had failed calls, 2 usage error.
+        Exit code: 0 complete, 1 a sentence had failed calls or hit --timeout, 2 usage error.
         """
         allow_outside(allow_outside_paths)
         if sentence is not None:
@@ -355,7 +386,12 @@ def register(app: typer.Typer) -> None:
                     res = run_with_model(
                         model,
                         lambda m: run_absa(
-                            sentence, model=m, config=cfg, on_progress=progress, on_event=rec.on_event
+                            sentence,
+                            model=m,
+                            config=cfg,
+                            on_progress=progress,
+                            on_event=rec.on_event,
+                            deadline=_deadline(timeout),
                         ),
                     )
                 rec.finish(res, status="fell_back" if res.failed else "complete")
@@ -363,6 +399,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(res.model_dump_json(indent=2))
             else:
                 _print_result(res, make_console())
+            _timed_out([res], timeout)
             return _exit.for_absa([res])
         if sentence is not None:
             raise UsageError("give either a SENTENCE or --input, not both")
@@ -370,6 +407,8 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--input needs --output FILE.jsonl")
         items = read_inputs(input_file)
         ray = ray_options(ray_address, ray_workers, concurrency)
+        if ray is not None and timeout is not None:
+            raise UsageError("--timeout is not supported with --ray yet; give one or the other")
         console = make_console(stderr=True)
         batch = {"batch": True, "input": str(input_file), "output": str(output), "concurrency": concurrency}
         with (
@@ -387,7 +426,7 @@ def register(app: typer.Typer) -> None:
         ):
             if ray is None:
                 results, workers = run_with_model(
-                    model, lambda m: _batch(items, out, m, cfg, concurrency, console, rec)
+                    model, lambda m: _batch(items, out, m, cfg, concurrency, console, rec, timeout=timeout)
                 )
             else:  # the model is built on each worker, never loaded here
                 results, workers = asyncio.run(_batch(items, out, model, cfg, concurrency, console, rec, ray))
@@ -398,6 +437,7 @@ def register(app: typer.Typer) -> None:
                 summary["workers"] = workers
             rec.finish(usage=usage, summary=summary, status="fell_back" if failed else "complete")
         console.print(f"wrote {len(results)} results to {output} ({failed} with failed calls)")
+        _timed_out(results, timeout)
         if report:
             typer.echo(format_report(compute_metrics(results)))
         return _exit.for_absa(results)
