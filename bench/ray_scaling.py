@@ -47,8 +47,12 @@ def _row(label: str, run: BenchRun, total_s: float) -> dict[str, Any]:
 def _local(config: BenchConfig, out: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     model = resolve_model(config.model)
-    model.count_tokens("warm-up")  # weights loaded before the units' clock starts, as on a Ray worker
-    run = asyncio.run(run_bench(config, model=model, out=out))
+
+    async def go() -> BenchRun:
+        await model.expected_speed()  # loaded and warmed before the units' clock starts, as on a worker
+        return await run_bench(config, model=model, out=out)
+
+    run = asyncio.run(go())
     return _row("no Ray (1 process)", run, time.perf_counter() - t0)
 
 

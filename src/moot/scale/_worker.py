@@ -8,7 +8,6 @@ driver state.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pickle
 import socket
@@ -100,13 +99,14 @@ class Worker:
     async def ready(self) -> dict[str, Any]:
         """Build the model (once) and say where this worker runs and what model it has.
 
-        An in-process model's weights are loaded here (counting tokens loads them), so a
-        missing file fails at start and the first unit does not pay for the load.
+        An in-process model is loaded and measured here (``expected_speed``: a short
+        generation, whose figure sizes default deadlines), so a missing file fails at start
+        and the first unit does not pay for the load; a remote backend sends nothing.
         """
         if self.model is None:
             try:
                 model = self.source.build()
-                await asyncio.to_thread(model.count_tokens, "warm-up")
+                await model.expected_speed()
             except MootError as err:  # a bad spec, a missing file or extra: said once, on the driver
                 return {"failed": Failed.of(err)}
             self.model = model
