@@ -7,6 +7,7 @@ import pytest
 from moot import ConfigError, Debate, ScriptedModel, load_protocol
 from moot.schemas import AnswerTurn, Arbitration
 from moot.structured import extract_json, schema_hint
+from seed_configs import SEED_003_OVERRIDE
 
 
 def test_unknown_top_level_key_is_named() -> None:
@@ -77,33 +78,6 @@ def test_conditions_yaml_max_rounds_is_metadata_and_warned(caplog: pytest.LogCap
         " (seed 003 metadata; the round count is `rounds`)",
         "overrides: pipeline.debate.injection has no effect (memory injection is not implemented)",
     ]
-
-
-SEED_003_OVERRIDE = """
-pipeline:
-  debate:
-    rounds: 1
-    order: ["epm", "tan", "cj"]
-    personas:
-      epm:
-        name: "EPM"
-        role: "Evidence–Polarity Mapper"
-        goal: "Determine polarity only when supported by explicit textual evidence"
-        stance: ""
-        style: ""
-      tan:
-        name: "TAN"
-        role: "Target–Aspect Normalizer"
-        goal: "Resolve null, duplicate, or misaligned aspect targets"
-        stance: ""
-        style: ""
-      cj:
-        name: "CJ"
-        role: "Consistency Judge"
-        goal: "Produce a single, consistent set of aspect–polarity tuples"
-        stance: ""
-        style: ""
-"""
 
 
 @pytest.mark.parametrize("mode", ["", "mode: patch\n", "pipeline_mode"])

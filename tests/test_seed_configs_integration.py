@@ -18,47 +18,11 @@ from moot import models
 from moot.absa import FinalResult
 from moot.cli import main
 from moot.transcript import DebateResult
+from seed_configs import SEED_003_CONDITIONS, SEED_003_OVERRIDE
 
 pytestmark = pytest.mark.integration
 
 SENTENCE = "The pasta was great but the service was slow."
-
-OVERRIDE_EXAMPLE = """
-pipeline:
-  debate:
-    rounds: 1
-    order: ["epm", "tan", "cj"]
-    personas:
-      epm:
-        name: "EPM"
-        role: "Evidence–Polarity Mapper"
-        goal: "Determine polarity only when supported by explicit textual evidence"
-        stance: ""
-        style: ""
-      tan:
-        name: "TAN"
-        role: "Target–Aspect Normalizer"
-        goal: "Resolve null, duplicate, or misaligned aspect targets"
-        stance: ""
-        style: ""
-      cj:
-        name: "CJ"
-        role: "Consistency Judge"
-        goal: "Produce a single, consistent set of aspect–polarity tuples"
-        stance: ""
-        style: ""
-"""
-
-CONDITIONS = """
-pipeline:
-  debate:
-    enabled: true
-    max_rounds: 3
-    injection:
-      strategy: "during_debate_one_shot"
-      trigger: "deadlock_obs2of4"
-      allow_multiple_injections: false
-"""
 
 
 def _schema_name(body: dict[str, Any]) -> str:
@@ -101,7 +65,7 @@ def _write(tmp_path: Path, text: str) -> str:
 def test_override_example_runs_the_patch_debate_four_calls(
     server: FaultServer, tmp_path: Path, mode: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = _write(tmp_path, mode + OVERRIDE_EXAMPLE)
+    cfg = _write(tmp_path, mode + SEED_003_OVERRIDE)
     assert main(["run", SENTENCE, "--config", cfg, "--model", "openai:m", "--json", "--no-store"]) == 0
     res = DebateResult.model_validate_json(capsys.readouterr().out)
     assert server.requests == 4 and res.usage.calls == 4
@@ -114,7 +78,7 @@ def test_override_example_runs_the_patch_debate_four_calls(
 def test_conditions_max_rounds_3_is_one_round_four_calls(
     server: FaultServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = _write(tmp_path, CONDITIONS)
+    cfg = _write(tmp_path, SEED_003_CONDITIONS)
     argv = ["run", SENTENCE, "--protocol", "patch", "--config", cfg, "--model", "openai:m", "--json"]
     assert main([*argv, "--no-store"]) == 0
     res = DebateResult.model_validate_json(capsys.readouterr().out)
@@ -124,7 +88,7 @@ def test_conditions_max_rounds_3_is_one_round_four_calls(
 def test_moot_absa_with_the_override_example_runs_the_patch_debate(
     server: FaultServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = _write(tmp_path, OVERRIDE_EXAMPLE)
+    cfg = _write(tmp_path, SEED_003_OVERRIDE)
     assert main(["absa", SENTENCE, "--config", cfg, "--model", "openai:m", "--json", "--no-store"]) == 0
     res = FinalResult.model_validate_json(capsys.readouterr().out)
     debate_calls = Counter(

@@ -16,30 +16,9 @@ from moot.models import ModelRequest
 from moot.models.testing import FunctionModel, Reply, ScriptedModel, schema_instance
 from moot.schemas import get_output
 from moot.transcript import DebateResult
+from seed_configs import SEED_003_CONDITIONS, SEED_003_OVERRIDE
 
 SENTENCE = "The pasta was great but the service was slow."
-
-SEED_003_OVERRIDE = """
-pipeline:
-  debate:
-    rounds: 1
-    order: ["epm", "tan", "cj"]
-    personas:
-      epm: {name: "EPM", role: "Evidence–Polarity Mapper", goal: "Determine polarity", stance: "", style: ""}
-      tan: {name: "TAN", role: "Target–Aspect Normalizer", goal: "Resolve targets", stance: "", style: ""}
-      cj: {name: "CJ", role: "Consistency Judge", goal: "One consistent set", stance: "", style: ""}
-"""
-
-SEED_003_CONDITIONS = """
-pipeline:
-  debate:
-    enabled: true
-    max_rounds: 3
-    injection:
-      strategy: "during_debate_one_shot"
-      trigger: "deadlock_obs2of4"
-      allow_multiple_injections: false
-"""
 
 
 def patch_brain(request: ModelRequest) -> dict[str, Any]:

@@ -8,27 +8,7 @@ import pytest
 
 from moot.absa import SHIPPED_CONFIGS, AbsaConfig, ablations, load_config
 from moot.errors import ConfigError
-
-SEED_003 = """
-pipeline:
-  debate:
-    enabled: true
-    max_rounds: 3
-    injection:
-      strategy: "during_debate_one_shot"
-      trigger: "deadlock_obs2of4"
-      allow_multiple_injections: false
-    rounds: 1
-    order: ["epm", "tan", "cj"]
-    personas:
-      epm:
-        name: "EPM"
-        role: "Evidence–Polarity Mapper"
-        goal: "Determine polarity only when supported by explicit textual evidence"
-        stance: ""
-        style: ""
-mode: patch
-"""
+from seed_configs import SEED_003_COMBINED
 
 
 def test_defaults_are_seed_001() -> None:
@@ -61,7 +41,7 @@ def test_patch_mode_defaults() -> None:
 
 def test_seed_003_shape(tmp_path: Path) -> None:
     p = tmp_path / "cond.yaml"
-    p.write_text(SEED_003, encoding="utf-8")
+    p.write_text(SEED_003_COMBINED, encoding="utf-8")
     cfg = load_config(p)
     assert cfg.name == "cond" and cfg.mode == "patch" and cfg.debate_on
     assert cfg.rounds == 1  # max_rounds is meta only, as in the seed
