@@ -32,6 +32,7 @@ __all__ = [
     "check_output_file",
     "check_text",
     "read_json",
+    "read_jsonl",
     "read_text",
     "staged_output",
 ]
@@ -88,6 +89,26 @@ def read_json(path: Path, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} {path} is not valid JSON: {exc}") from None
+
+
+def read_jsonl(path: Path, what: str) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of a user's JSON Lines file, as ``(line number, JSON data)``.
+
+    Lines end at a newline only: :meth:`str.splitlines` also splits at U+2028 or
+    U+0085, which JSON strings may hold raw.
+
+    Raises:
+        UsageError: missing, unreadable or not UTF-8, or a line that is not valid JSON
+            (its number is named).
+    """
+    for number, line in enumerate(read_text(path, what).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path} line {number}: not valid JSON: {exc.msg}") from None
+        yield number, data
 
 
 def _check_parent(path: Path, what: str) -> None:

@@ -52,7 +52,7 @@ from ._io import (
     check_output_dir,
     check_output_file,
     check_text,
-    read_text,
+    read_jsonl,
     staged_output,
 )
 from ._ray_options import RayOption, RayWorkersOption, ray_options
@@ -75,13 +75,7 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
         UsageError: missing file, not UTF-8, or a line without a sentence (its number is named).
     """
     out: list[tuple[str, str]] = []
-    for number, line in enumerate(read_text(path, "input file").split("\n"), 1):  # not at U+2028
-        if not line.strip():
-            continue
-        try:
-            data: Any = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path} line {number}: not valid JSON: {exc.msg}") from None
+    for number, data in read_jsonl(path, "input file"):
         if isinstance(data, str):
             sentence, ident = data, str(number)
         elif isinstance(data, dict):

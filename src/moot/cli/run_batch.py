@@ -26,7 +26,7 @@ from ..runs import RunStatus, recording
 from ..transcript import DebateResult
 from . import _exit
 from ._console import progress_bar
-from ._io import read_text
+from ._io import read_jsonl, read_text
 
 __all__ = ["TopicItem", "read_done", "read_topics", "run_batch"]
 
@@ -53,14 +53,7 @@ def read_topics(path: Path) -> list[TopicItem]:
     """
     items: list[TopicItem] = []
     seen: dict[str, int] = {}
-    # Lines end at "\n" only: str.splitlines() also splits at U+2028 or U+0085, which JSON strings hold raw.
-    for number, line in enumerate(read_text(path, "input file").split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            data: Any = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path} line {number}: not valid JSON: {exc.msg}") from None
+    for number, data in read_jsonl(path, "input file"):
         if isinstance(data, str):
             data = {"topic": data}
         if not isinstance(data, dict):
