@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,15 @@ def fake_provider() -> Iterator[RegisterProvider]:
         models._PROVIDERS.pop(name, None)
         for key in [k for k in models._CACHE if k.startswith(f"{name}:")]:
             del models._CACHE[key]
+
+
+@pytest.fixture
+def filled(
+    tmp_path: Path, fake_provider: RegisterProvider, capsys: pytest.CaptureFixture[str]
+) -> dict[str, str]:
+    """The run store filled by real CLI runs of every kind (``runs/filled.py``): run ids by name."""
+    from runs.filled import fill  # imported here: it loads the bench helpers, which most tests never need
+
+    ids = fill(fake_provider, tmp_path)
+    capsys.readouterr()  # the runs' own output is not what the tests look at
+    return ids

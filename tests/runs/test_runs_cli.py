@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,41 +11,34 @@ import pytest
 from moot.cli import main
 from moot.runs import RunStore
 
-from .filled import XSS, fill
+from .filled import XSS
 
 
-@pytest.fixture
-def ids(
-    tmp_path: Path, fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
-) -> dict[str, str]:
-    out = fill(fake_provider, tmp_path)
-    capsys.readouterr()
-    return out
-
-
-def test_list_filters_and_json(ids: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["id"] for r in rows] == list(reversed(ids.values()))  # newest first
+    assert [r["id"] for r in rows] == list(reversed(filled.values()))  # newest first
     assert {r["status"] for r in rows} == {"complete", "fell_back"}
     assert main(["runs", "list", "--kind", "bench", "--json"]) == 0
-    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [ids["bench_b"], ids["bench_a"]]
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["bench_b"], filled["bench_a"]]
     assert main(["runs", "list", "--status", "fell_back", "--model", "fillbad", "--json"]) == 0
-    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [ids["fallback"]]
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["fallback"]]
     assert main(["runs", "list", "--limit", "2"]) == 0
     table = capsys.readouterr().out
-    assert ids["bench_b"][:8] in table and ids["debate"][:8] not in table and "wall" in table
+    assert filled["bench_b"][:8] in table and filled["debate"][:8] not in table and "wall" in table
 
 
-def test_show_replays_a_debate_like_moot_run(ids: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["runs", "show", ids["debate"][:8]]) == 0
+def test_show_replays_a_debate_like_moot_run(
+    filled: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["runs", "show", filled["debate"][:8]]) == 0
     out = capsys.readouterr().out
     for needle in ("affirmative", "critical", "round 2", "Tests first, then the fix.", XSS, "5 calls"):
         assert needle in out
-    assert main(["runs", "show", ids["fallback"]]) == 0
+    assert main(["runs", "show", filled["fallback"]]) == 0
     out = capsys.readouterr().out
     assert "fell_back" in out and "failed" in out and "fallback" in out
-    assert main(["runs", "show", ids["debate"], "--json"]) == 0
+    assert main(["runs", "show", filled["debate"], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["result"]["final_answer"] == "Tests first, then the fix." and data["kind"] == "run"
 
@@ -61,27 +53,27 @@ def test_show_replays_a_debate_like_moot_run(ids: dict[str, str], capsys: pytest
     ],
 )
 def test_show_every_kind(
-    ids: dict[str, str], capsys: pytest.CaptureFixture[str], name: str, needles: list[str]
+    filled: dict[str, str], capsys: pytest.CaptureFixture[str], name: str, needles: list[str]
 ) -> None:
-    assert main(["runs", "show", ids[name]]) == 0
+    assert main(["runs", "show", filled[name]]) == 0
     out = capsys.readouterr().out
     for needle in needles:
         assert needle in out
 
 
-def test_export_json_and_jsonl(ids: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["runs", "export", ids["bench_a"]]) == 0
+def test_export_json_and_jsonl(filled: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "export", filled["bench_a"]]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["run"]["id"] == ids["bench_a"] and len(data["items"]) == 12
-    assert main(["runs", "export", ids["debate"], "--format", "jsonl"]) == 0
+    assert data["run"]["id"] == filled["bench_a"] and len(data["items"]) == 12
+    assert main(["runs", "export", filled["debate"], "--format", "jsonl"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert lines[0]["type"] == "run" and {x["type"] for x in lines[1:]} == {"event"}
-    assert main(["runs", "export", ids["debate"], "--format", "xml"]) == 2
+    assert main(["runs", "export", filled["debate"], "--format", "xml"]) == 2
     assert "--format must be json or jsonl" in capsys.readouterr().err
 
 
-def test_compare_bench_runs_pairs_items(ids: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["runs", "compare", ids["bench_a"], ids["bench_b"], "--json"]) == 0
+def test_compare_bench_runs_pairs_items(filled: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "compare", filled["bench_a"], filled["bench_b"], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["task"] == "arithmetic" and [m["method"] for m in data["methods"]] == [
         "single",
@@ -91,25 +83,25 @@ def test_compare_bench_runs_pairs_items(ids: dict[str, str], capsys: pytest.Capt
         test = m["mcnemar"]
         assert test["shared"] == 6 and 0 <= test["p_value"] <= 1
         assert m["diff"] == pytest.approx(m["b"]["accuracy"] - m["a"]["accuracy"])
-    assert main(["runs", "compare", ids["bench_a"], ids["bench_b"]]) == 0
+    assert main(["runs", "compare", filled["bench_a"], filled["bench_b"]]) == 0
     assert "McNemar p" in capsys.readouterr().out
 
 
-def test_compare_debates_and_refusals(ids: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["runs", "compare", ids["debate"], ids["fallback"]]) == 0
+def test_compare_debates_and_refusals(filled: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "compare", filled["debate"], filled["fallback"]]) == 0
     out = capsys.readouterr().out
     assert "Tests first, then the fix." in out and "final answer" in out and "fallback" in out
-    assert main(["runs", "compare", ids["debate"], ids["bench_a"]]) == 2
+    assert main(["runs", "compare", filled["debate"], filled["bench_a"]]) == 2
     assert "cannot compare a 'run' run with a 'bench' run" in capsys.readouterr().err
-    assert main(["runs", "compare", ids["absa"], ids["absa_batch"]]) == 2
+    assert main(["runs", "compare", filled["absa"], filled["absa_batch"]]) == 2
 
 
-def test_rm_and_errors(ids: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["runs", "rm", ids["absa"][:10]]) == 0
-    assert ids["absa"] in capsys.readouterr().out
+def test_rm_and_errors(filled: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["runs", "rm", filled["absa"][:10]]) == 0
+    assert filled["absa"] in capsys.readouterr().out
     with RunStore(os.environ["MOOT_STORE"]) as store:
-        assert ids["absa"] not in [r.id for r in store.list()]
-    assert main(["runs", "show", ids["absa"]]) == 2
+        assert filled["absa"] not in [r.id for r in store.list()]
+    assert main(["runs", "show", filled["absa"]]) == 2
     assert "no run" in capsys.readouterr().err
     assert main(["runs", "list", "--store", str(tmp_path / "none.db")]) == 2
     assert "no run store at" in capsys.readouterr().err

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,18 +14,9 @@ from fastapi.testclient import TestClient  # noqa: E402
 from moot.cli import main  # noqa: E402
 from moot.runs import RunStore, recording  # noqa: E402
 from moot.view import create_app  # noqa: E402
-from runs.filled import XSS, fill  # noqa: E402
+from runs.filled import XSS  # noqa: E402
 
 LOCAL = "http://127.0.0.1:7575"  # the loopback app accepts loopback Host headers only
-
-
-@pytest.fixture
-def filled(
-    tmp_path: Path, fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
-) -> dict[str, str]:
-    ids = fill(fake_provider, tmp_path)
-    capsys.readouterr()
-    return ids
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import uvicorn  # noqa: E402
 from moot.runs import RunStore, recording  # noqa: E402
 from moot.transcript import Event, Turn  # noqa: E402
 from moot.view import create_app  # noqa: E402
-from runs.filled import XSS, fill  # noqa: E402
+from runs.filled import XSS  # noqa: E402
 
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 CHROMIUM_ARGS = [
@@ -122,23 +122,14 @@ def _shot(pg: Any, folder: Path, name: str) -> None:
     assert path.stat().st_size > 10_000
 
 
-@pytest.fixture
-def ids(
-    tmp_path: Path, fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
-) -> dict[str, str]:
-    out = fill(fake_provider, tmp_path)
-    capsys.readouterr()
-    return out
-
-
 def test_browse_list_debate_bench_item_and_absa(
-    ids: dict[str, str], page: Any, serve: Callable[[Path], str], shots: Path
+    filled: dict[str, str], page: Any, serve: Callable[[Path], str], shots: Path
 ) -> None:
     base = serve(Path(os.environ["MOOT_STORE"]))
 
     # The run list: every run, then filtered to the bench runs.
     page.goto(base + "/")
-    assert page.locator("table#runs tbody tr").count() == len(ids)
+    assert page.locator("table#runs tbody tr").count() == len(filled)
     _shot(page, shots, "view-runs.png")
     page.select_option("select[name=kind]", "bench")
     page.click("button[type=submit]")
@@ -152,7 +143,7 @@ def test_browse_list_debate_bench_item_and_absa(
     page.wait_for_url("**/compare?**")
     methods = page.locator("table.compare.methods").inner_text()
     assert "society:3:2" in methods and "exact" in methods
-    assert {ids["bench_a"], ids["bench_b"]} <= set(
+    assert {filled["bench_a"], filled["bench_b"]} <= set(
         page.locator("a[href^='/runs/']").evaluate_all(
             "els => els.map(e => e.getAttribute('href').split('/')[2])"
         )
@@ -171,12 +162,12 @@ def test_browse_list_debate_bench_item_and_absa(
     _shot(page, shots, "view-debate.png")
 
     # A fallback: the reason on top and the failed turn's raw text.
-    page.goto(f"{base}/runs/{ids['fallback']}")
+    page.goto(f"{base}/runs/{filled['fallback']}")
     assert "Fell back:" in page.locator(".banner.fallback").first.inner_text()
     assert "this is not JSON at all" in page.locator(".turn.failed pre.raw").first.inner_text()
 
     # A bench report, then one item down to every method's transcript.
-    page.goto(f"{base}/runs/{ids['bench_a']}")
+    page.goto(f"{base}/runs/{filled['bench_a']}")
     page.wait_for_selector("table.report")
     assert page.locator("table.report tbody tr").count() >= 2
     assert "Paired tests (McNemar)" in page.content()
@@ -191,7 +182,7 @@ def test_browse_list_debate_bench_item_and_absa(
     _shot(page, shots, "view-bench-item.png")
 
     # An ABSA run: the aspect span highlighted, stage by stage, the moderator's rules.
-    page.goto(f"{base}/runs/{ids['absa']}")
+    page.goto(f"{base}/runs/{filled['absa']}")
     mark = page.locator("p.sentence mark.aspect").first
     assert mark.inner_text() == "battery life"
     assert "Stage 1" in page.locator("table.aspects").inner_text()
