@@ -5,13 +5,10 @@ import json
 
 import pytest
 
+from engine_helpers import ans, critical_fails_others_wait
 from moot import Debate, DebateResult, Event, FunctionModel, ModelRequest, ScriptedModel, UsageError
 from moot.errors import ModelConnectionError, ModelHTTPError
 from moot.models.retry import RetryPolicy
-
-
-def ans(text: str, conf: float = 0.5) -> dict[str, object]:
-    return {"answer": text, "confidence": conf, "citations": []}
 
 
 def answer_script() -> dict[str, list[object]]:
@@ -342,18 +339,8 @@ def test_majority_tie_goes_to_first_given_answer() -> None:
 
 def test_a_failed_sibling_cancels_the_rest_of_its_group() -> None:
     cancelled: list[str] = []
-
-    async def fn(req: ModelRequest) -> object:
-        if req.metadata["speaker"] == "critical":
-            raise ModelHTTPError(400, "bad")
-        try:
-            await asyncio.sleep(5)
-        except asyncio.CancelledError:
-            cancelled.append(req.metadata["speaker"])
-            raise
-        return ans("never")
-
-    result = Debate("answer", model=FunctionModel(fn)).run_sync("Q?", initial_answer="init")
+    model = critical_fails_others_wait(ModelHTTPError(400, "bad"), cancelled)
+    result = Debate("answer", model=model).run_sync("Q?", initial_answer="init")
     assert cancelled == ["affirmative"]
     assert result.final_answer == "init" and result.fallback is not None
     assert result.timings.wall_ms < 2000

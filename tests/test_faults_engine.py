@@ -9,13 +9,10 @@ from typing import Any
 
 import pytest
 
+from engine_helpers import ans, critical_fails_others_wait
 from moot import Debate, DebateResult, Event, FunctionModel, ModelRequest, ScriptedModel
 from moot.errors import ConfigError, ModelHTTPError, ModelRequestsBlocked
 from moot.models.testing import SchemaModel
-
-
-def ans(text: str, conf: float = 0.5) -> dict[str, object]:
-    return {"answer": text, "confidence": conf, "citations": []}
 
 
 @pytest.fixture
@@ -74,19 +71,9 @@ class TestBackendBugs:
         self, loop_errors: list[dict[str, Any]]
     ) -> None:
         cancelled: list[str] = []
-
-        async def fn(req: ModelRequest) -> object:
-            if req.metadata["speaker"] == "critical":
-                raise ModelRequestsBlocked("blocked")
-            try:
-                await asyncio.sleep(5)
-            except asyncio.CancelledError:
-                cancelled.append(req.metadata["speaker"])
-                raise
-            return ans("never")
-
+        model = critical_fails_others_wait(ModelRequestsBlocked("blocked"), cancelled)
         with pytest.raises(ModelRequestsBlocked):
-            run_debate(Debate("answer", model=FunctionModel(fn)))
+            run_debate(Debate("answer", model=model))
         assert cancelled == ["affirmative"]
         assert loop_errors == []
 
