@@ -311,6 +311,8 @@ _LABEL_WORDS = r"(positive|negative|neutral|mixed|conflict)"
 _NOUNS = r"(?:sentiment|polarity|tone|opinion|feeling|attitude|stance)"
 _PREPS = r"(?:toward|towards|about|for|regarding|concerning|on|over|of)"
 _ASPECT_WORD = r"(?:the[ \t]+)?(?:(?:aspect|term|target)[ \t]+)?"
+# A target in straight or curly quotes (group 1), as in the two patterns below that start with one.
+_QUOTED_TARGET = r"[\"“'‘]([^\"”'’\n]{1,60})[\"”'’]"
 # "a positive sentiment toward <target>", "positive about <target>".
 _LABEL_FIRST_RE = re.compile(rf"(?i)\b{_LABEL_WORDS}[ \t]+(?:{_NOUNS}[ \t]+)?{_PREPS}[ \t]+{_ASPECT_WORD}")
 # "the sentiment toward <target> is positive".
@@ -326,7 +328,7 @@ _LABEL_AFTER_RE = re.compile(
     rf"(not\s+)?[(\"'*]*\s*{_LABEL_WORDS}\b"
 )
 # "'wine': positive", "Food - negative" (a target then a label).
-_TARGET_COLON_RE = re.compile(rf"(?i)[\"“'‘]([^\"”'’\n]{{1,60}})[\"”'’]\s*[:\-–=]\s*[(*]*\s*{_LABEL_WORDS}\b")
+_TARGET_COLON_RE = re.compile(rf"(?i){_QUOTED_TARGET}\s*[:\-–=]\s*[(*]*\s*{_LABEL_WORDS}\b")
 # "- wine: positive" (a list line: a target then a label).
 _LIST_LINE_RE = re.compile(
     rf"(?im)^[\s*#>•\-\d.)]*([^:\n*]{{1,40}}?)[*\s]*[:\-–=]\s*[(*]*\s*{_LABEL_WORDS}\b"
@@ -335,7 +337,7 @@ _LIST_LINE_RE = re.compile(
 _NEGATION_RE = re.compile(r"(?i)(?:\b(?:not|no|never|without|neither|nor)|n't)\s+(?:\w+\s+){0,4}$")
 # '"빠르지만" (negative sentiment)': a label in brackets right after a quoted target.
 _QUOTE_PAREN_RE = re.compile(
-    rf"(?i)[\"“'‘]([^\"”'’\n]{{1,60}})[\"”'’]\s*\(\s*{_LABEL_WORDS}(?:\s+{_NOUNS})?\s*\)"
+    rf"(?i){_QUOTED_TARGET}\s*\(\s*{_LABEL_WORDS}(?:\s+{_NOUNS})?\s*\)"
 )
 _QUOTED_RE = re.compile(r"[\"“'‘«「]([^\"”'’»」\n]{1,60})[\"”'’»」]")
 _STOP_WORDS = frozenset(
