@@ -336,9 +336,7 @@ _LIST_LINE_RE = re.compile(
 # "not a positive", "does not express a positive or negative": up to four words of reach.
 _NEGATION_RE = re.compile(r"(?i)(?:\b(?:not|no|never|without|neither|nor)|n't)\s+(?:\w+\s+){0,4}$")
 # '"빠르지만" (negative sentiment)': a label in brackets right after a quoted target.
-_QUOTE_PAREN_RE = re.compile(
-    rf"(?i){_QUOTED_TARGET}\s*\(\s*{_LABEL_WORDS}(?:\s+{_NOUNS})?\s*\)"
-)
+_QUOTE_PAREN_RE = re.compile(rf"(?i){_QUOTED_TARGET}\s*\(\s*{_LABEL_WORDS}(?:\s+{_NOUNS})?\s*\)")
 _QUOTED_RE = re.compile(r"[\"“'‘«「]([^\"”'’»」\n]{1,60})[\"”'’»」]")
 _STOP_WORDS = frozenset(
     "and but or is was which while because as since whereas however in with that it its this".split()
