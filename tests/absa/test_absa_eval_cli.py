@@ -92,3 +92,19 @@ def test_timeout_scores_unfinished_sentences_failed_and_exits_1(
 def test_bad_configs_name_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["absa-eval", str(_data(tmp_path)), "--configs", "nope", "--no-store"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["absa-eval"], ["absa-eval", "builtin"]])
+def test_builtin_data_is_found_outside_a_source_checkout(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no src/moot/data/ below the working directory
+    args = [*argv, "--model", "evalfake:x", "--configs", "default", "--limit", "2", "--no-store"]
+    assert main(args) == 0
+    assert "absa-eval: default 2/2 sentences" in capsys.readouterr().err
+
+
+def test_missing_data_file_names_builtin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["absa-eval", str(tmp_path / "nope.jsonl"), "--model", "evalfake:x", "--no-store"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("moot: error: dataset not found") and "builtin" in err[0]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bench_helpers import oracle
@@ -119,3 +120,22 @@ def test_sigterm_ends_a_bench_like_ctrl_c(tmp_path: Path) -> None:
     lines = results.read_text(encoding="utf-8").splitlines()
     assert 0 < len(lines) < 400 and all(json.loads(line)["item_id"] for line in lines)
     assert not (out / ".lock").exists()
+
+
+def test_missing_matplotlib_says_no_plots_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from moot.bench.report import ensure_plotting
+    from moot.errors import MissingDependencyError
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(MissingDependencyError) as info:
+        ensure_plotting()
+    assert "moot[bench]" in str(info.value) and "--no-plots" in str(info.value)

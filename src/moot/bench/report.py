@@ -290,7 +290,9 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as err:
-        raise MissingDependencyError("matplotlib", "bench", "needed for the report's plots") from err
+        raise MissingDependencyError(
+            "matplotlib", "bench", "needed for the report's plots; or pass --no-plots to skip them"
+        ) from err
     return plt
 
 

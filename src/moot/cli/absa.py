@@ -37,7 +37,7 @@ from ..absa import (
     run_absa_batch,
 )
 from ..absa.config import AbsaConfig
-from ..absa.dataset import Dataset, read_dataset
+from ..absa.dataset import ConflictRule, Dataset, read_dataset
 from ..absa.evaluate import EvalScores, prediction
 from ..absa.schemas import TraceStep
 from ..errors import UsageError
@@ -257,11 +257,19 @@ def _eval_progress(console: Console, configs: dict[str, Any], n: int) -> Iterato
         yield lambda name: progress.advance(tasks[name])
 
 
+BUILTIN_DATA = "builtin"
+"""``absa-eval``'s name for the labelled sentences shipped in the package."""
+
+
 def _eval_data(data: str, limit: int | None, exclude_conflict: bool, console: Console) -> Dataset:
     """Read ``absa-eval``'s data and say on stderr what was left out."""
-    if not Path(data.removeprefix("semeval:")).is_file():
-        raise UsageError(f"dataset not found: {data}")
-    dataset = read_dataset(data, limit=limit, conflict="exclude" if exclude_conflict else "keep")
+    conflict: ConflictRule = "exclude" if exclude_conflict else "keep"
+    if data == BUILTIN_DATA:  # shipped inside the package: found outside a source checkout too
+        dataset = read_dataset(None, limit=limit, conflict=conflict)
+    elif not Path(data.removeprefix("semeval:")).is_file():
+        raise UsageError(f"dataset not found: {data} (builtin names the dataset shipped with moot)")
+    else:
+        dataset = read_dataset(data, limit=limit, conflict=conflict)
     if not dataset.items:
         raise UsageError(f"{data} holds no items")
     for note in dataset.rejected:
@@ -441,10 +449,10 @@ def absa_eval_cmd(
     data: Annotated[
         str,
         typer.Argument(
-            help="Labelled data: moot JSONL (see moot/data/absa_sentences.jsonl), SemEval XML "
-            "(FILE.xml or semeval:FILE)."
+            help="Labelled data: moot JSONL, SemEval XML (FILE.xml or semeval:FILE), or builtin: "
+            "the 112 labelled sentences shipped with moot (the default)."
         ),
-    ],
+    ] = "builtin",
     config: Annotated[str | None, typer.Option(help="Config YAML or shipped name (the full system).")] = None,
     model: Annotated[str | None, typer.Option(help="Model spec, e.g. local or openai:gpt-4o-mini.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N sentences.")] = None,
