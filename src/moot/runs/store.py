@@ -8,7 +8,7 @@ commit in WAL mode survives the process; only an OS crash could drop the last
 ones, since ``synchronous=NORMAL`` skips the fsync per commit).
 
 Tables (schema version in ``schema_version``; :data:`MIGRATIONS` upgrades an
-older file in place, in one transaction):
+older file in place, in one transaction; both in :mod:`moot.runs.schema`):
 
 * ``runs``: one row per run (kind, status, times, argv, config, result...).
 * ``events``: the run's events in order (``seq`` counts from 1 per run).
@@ -42,11 +42,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
 from .._ids import new_id
 from ..errors import UsageError
 from ..models.base import Usage
+from .schema import MIGRATIONS, SCHEMA_VERSION, RunRecord, RunStatus, StoredEvent, StoredItem
 
 __all__ = [
     "DEFAULT_STORE",
@@ -63,72 +62,6 @@ __all__ = [
 DEFAULT_STORE = Path(".moot") / "runs.db"
 """Where the store lives unless ``--store`` or ``MOOT_STORE`` says otherwise (relative to the cwd)."""
 
-RunStatus = Literal["running", "complete", "fell_back", "failed", "interrupted"]
-
-MIGRATIONS: dict[int, list[str]] = {
-    1: [
-        """CREATE TABLE runs (
-            id TEXT PRIMARY KEY,
-            kind TEXT NOT NULL,
-            status TEXT NOT NULL,
-            title TEXT NOT NULL DEFAULT '',
-            model TEXT NOT NULL DEFAULT '',
-            started_at REAL NOT NULL,
-            ended_at REAL,
-            host TEXT NOT NULL DEFAULT '',
-            pid INTEGER NOT NULL DEFAULT 0,
-            argv TEXT NOT NULL DEFAULT '[]',
-            config TEXT NOT NULL DEFAULT '{}',
-            moot_version TEXT NOT NULL DEFAULT '',
-            calls INTEGER NOT NULL DEFAULT 0,
-            prompt_tokens INTEGER NOT NULL DEFAULT 0,
-            completion_tokens INTEGER NOT NULL DEFAULT 0,
-            score REAL,
-            summary TEXT NOT NULL DEFAULT '{}',
-            result TEXT,
-            error TEXT
-        )""",
-        "CREATE INDEX runs_started ON runs (started_at DESC)",
-        """CREATE TABLE events (
-            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-            seq INTEGER NOT NULL,
-            time REAL NOT NULL,
-            kind TEXT NOT NULL,
-            data TEXT NOT NULL,
-            PRIMARY KEY (run_id, seq)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE items (
-            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-            item TEXT NOT NULL,
-            part TEXT NOT NULL DEFAULT '',
-            seq INTEGER NOT NULL,
-            time REAL NOT NULL,
-            correct INTEGER,
-            data TEXT NOT NULL,
-            PRIMARY KEY (run_id, item, part)
-        )""",
-    ],
-    # v2: events in an ordinary rowid table. WITHOUT ROWID stores whole rows in the primary-key
-    # B-tree, which costs ~3x the CPU per insert for rows of this size (a turn is ~1 kB).
-    2: [
-        """CREATE TABLE events_v2 (
-            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-            seq INTEGER NOT NULL,
-            time REAL NOT NULL,
-            kind TEXT NOT NULL,
-            data TEXT NOT NULL,
-            PRIMARY KEY (run_id, seq)
-        )""",
-        "INSERT INTO events_v2 (run_id, seq, time, kind, data) "
-        "SELECT run_id, seq, time, kind, data FROM events",
-        "DROP TABLE events",
-        "ALTER TABLE events_v2 RENAME TO events",
-    ],
-}
-"""Schema version -> the statements that bring version ``n - 1`` to ``n``."""
-
-SCHEMA_VERSION = max(MIGRATIONS)
-
 _INSERT_EVENT = "INSERT INTO events (run_id, seq, time, kind, data) VALUES (?, ?, ?, ?, ?)"
 _EVENT_CHUNK = 400
 """Rows per multi-row INSERT (5 parameters each; SQLite allows 32,766 per statement)."""
@@ -144,70 +77,6 @@ def default_store_path(store: str | Path | None = None) -> Path:
         return Path(store)
     env = os.environ.get("MOOT_STORE", "").strip()
     return Path(env) if env else DEFAULT_STORE
-
-
-class RunRecord(BaseModel):
-    """One run as the store holds it."""
-
-    id: str
-    """Unique run id (32 hex digits; any unique prefix finds it)."""
-    kind: str
-    """``run``, ``absa``, ``absa-eval``, ``arbitrate`` or ``bench``."""
-    status: RunStatus
-    """Where the run is; ``interrupted`` also for a ``running`` run whose process is gone."""
-    title: str = ""
-    """The topic, sentence, task or input file."""
-    model: str = ""
-    """The main model spec."""
-    started_at: float
-    """Unix time."""
-    ended_at: float | None = None
-    """Unix time, once finished."""
-    host: str = ""
-    """The machine that ran it."""
-    pid: int = 0
-    """Its process id."""
-    argv: list[str] = Field(default_factory=list)
-    """The command line."""
-    config: dict[str, Any] = Field(default_factory=dict)
-    """The full resolved configuration (keys redacted)."""
-    moot_version: str = ""
-    """The moot version that ran it."""
-    usage: Usage = Field(default_factory=Usage)
-    """Calls and tokens."""
-    score: float | None = None
-    """A headline score for sorting (bench: best accuracy; absa-eval: best F1)."""
-    summary: dict[str, Any] = Field(default_factory=dict)
-    """Small figures for lists (per-method accuracy, counts...)."""
-    result: Any = None
-    """The result as JSON data (loaded only by :meth:`RunStore.get`)."""
-    error: str | None = None
-    """Why it failed or was interrupted."""
-
-    @property
-    def wall_s(self) -> float | None:
-        """Elapsed seconds, once finished."""
-        return None if self.ended_at is None else self.ended_at - self.started_at
-
-
-class StoredEvent(BaseModel):
-    """One event of a run."""
-
-    seq: int
-    time: float
-    kind: str
-    data: dict[str, Any]
-
-
-class StoredItem(BaseModel):
-    """One item outcome of a run (a bench unit, an ABSA sentence)."""
-
-    item: str
-    part: str = ""
-    seq: int
-    time: float
-    correct: bool | None = None
-    data: dict[str, Any]
 
 
 _LIST_COLUMNS = (

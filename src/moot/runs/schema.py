@@ -1,0 +1,147 @@
+"""The run store's schema: its SQL migrations and the records it reads back.
+
+:data:`MIGRATIONS` maps each schema version to the statements that bring the version
+before it there; :class:`~moot.runs.store.RunStore` applies the missing ones in one
+transaction when it opens an older file. A migration, once released, never changes:
+a new need is a new version.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..models.base import Usage
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "RunRecord", "RunStatus", "StoredEvent", "StoredItem"]
+
+RunStatus = Literal["running", "complete", "fell_back", "failed", "interrupted"]
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            status TEXT NOT NULL,
+            title TEXT NOT NULL DEFAULT '',
+            model TEXT NOT NULL DEFAULT '',
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            host TEXT NOT NULL DEFAULT '',
+            pid INTEGER NOT NULL DEFAULT 0,
+            argv TEXT NOT NULL DEFAULT '[]',
+            config TEXT NOT NULL DEFAULT '{}',
+            moot_version TEXT NOT NULL DEFAULT '',
+            calls INTEGER NOT NULL DEFAULT 0,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            score REAL,
+            summary TEXT NOT NULL DEFAULT '{}',
+            result TEXT,
+            error TEXT
+        )""",
+        "CREATE INDEX runs_started ON runs (started_at DESC)",
+        """CREATE TABLE events (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            time REAL NOT NULL,
+            kind TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE items (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            item TEXT NOT NULL,
+            part TEXT NOT NULL DEFAULT '',
+            seq INTEGER NOT NULL,
+            time REAL NOT NULL,
+            correct INTEGER,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, item, part)
+        )""",
+    ],
+    # v2: events in an ordinary rowid table. WITHOUT ROWID stores whole rows in the primary-key
+    # B-tree, which costs ~3x the CPU per insert for rows of this size (a turn is ~1 kB).
+    2: [
+        """CREATE TABLE events_v2 (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            time REAL NOT NULL,
+            kind TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )""",
+        "INSERT INTO events_v2 (run_id, seq, time, kind, data) "
+        "SELECT run_id, seq, time, kind, data FROM events",
+        "DROP TABLE events",
+        "ALTER TABLE events_v2 RENAME TO events",
+    ],
+}
+"""Schema version -> the statements that bring version ``n - 1`` to ``n``."""
+
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+class RunRecord(BaseModel):
+    """One run as the store holds it."""
+
+    id: str
+    """Unique run id (32 hex digits; any unique prefix finds it)."""
+    kind: str
+    """``run``, ``absa``, ``absa-eval``, ``arbitrate`` or ``bench``."""
+    status: RunStatus
+    """Where the run is; ``interrupted`` also for a ``running`` run whose process is gone."""
+    title: str = ""
+    """The topic, sentence, task or input file."""
+    model: str = ""
+    """The main model spec."""
+    started_at: float
+    """Unix time."""
+    ended_at: float | None = None
+    """Unix time, once finished."""
+    host: str = ""
+    """The machine that ran it."""
+    pid: int = 0
+    """Its process id."""
+    argv: list[str] = Field(default_factory=list)
+    """The command line."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """The full resolved configuration (keys redacted)."""
+    moot_version: str = ""
+    """The moot version that ran it."""
+    usage: Usage = Field(default_factory=Usage)
+    """Calls and tokens."""
+    score: float | None = None
+    """A headline score for sorting (bench: best accuracy; absa-eval: best F1)."""
+    summary: dict[str, Any] = Field(default_factory=dict)
+    """Small figures for lists (per-method accuracy, counts...)."""
+    result: Any = None
+    """The result as JSON data (loaded only by :meth:`RunStore.get`)."""
+    error: str | None = None
+    """Why it failed or was interrupted."""
+
+    @property
+    def wall_s(self) -> float | None:
+        """Elapsed seconds, once finished."""
+        return None if self.ended_at is None else self.ended_at - self.started_at
+
+
+class StoredEvent(BaseModel):
+    """One event of a run."""
+
+    seq: int
+    time: float
+    kind: str
+    data: dict[str, Any]
+
+
+class StoredItem(BaseModel):
+    """One item outcome of a run (a bench unit, an ABSA sentence)."""
+
+    item: str
+    part: str = ""
+    seq: int
+    time: float
+    correct: bool | None = None
+    data: dict[str, Any]
