@@ -12,17 +12,20 @@ both see the real problem.
 Partial: a reply cut at the token cap (``finish_reason == "length"``) can still carry
 every required field; :func:`parse_partial` reads what was written, with the string
 that was being written when the cap hit kept as far as it got.
+
+JSON Lines: :func:`jsonl_lines` is the one place user files of JSON Lines are split.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pydantic_core
 
-__all__ = ["JSONTextError", "escape_controls", "extract_json", "parse_partial"]
+__all__ = ["JSONTextError", "escape_controls", "extract_json", "jsonl_lines", "parse_partial"]
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
@@ -126,3 +129,15 @@ def parse_partial(text: str) -> list[dict[str, Any]]:
         if isinstance(value, dict) and value not in readings:
             readings.append(value)
     return readings
+
+
+def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of each non-blank line of JSON Lines ``text``.
+
+    Lines end at a newline only: :meth:`str.splitlines` also breaks at U+0085, U+2028 and
+    other separators that JSON strings may hold raw (MMLU's test split has a U+0085 inside
+    a question), and would cut such a line in two.
+    """
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.strip():
+            yield number, line

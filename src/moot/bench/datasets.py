@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..jsontext import jsonl_lines
 
 __all__ = ["check_unique_ids", "jsonl_rows", "mcq_fields", "read_rows"]
 
@@ -59,11 +60,7 @@ def jsonl_rows(text: str, path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         UsageError: a line that is not a JSON object (``path:LINE`` named).
     """
     rows: list[tuple[int, dict[str, Any]]] = []
-    # Split on newlines only: str.splitlines() also breaks at U+0085, U+2028 and other separators
-    # that JSON strings may hold raw (MMLU's test split has a U+0085 inside a question).
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
+    for number, line in jsonl_lines(text):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:

@@ -22,6 +22,7 @@ from typing import Annotated, Any, TextIO
 import typer
 
 from ..errors import UsageError
+from ..jsontext import jsonl_lines
 from ..paths import read_text, set_outside_paths_allowed
 
 __all__ = [
@@ -94,16 +95,13 @@ def read_json(path: Path, what: str) -> Any:
 def read_jsonl(path: Path, what: str) -> Iterator[tuple[int, Any]]:
     """Each non-blank line of a user's JSON Lines file, as ``(line number, JSON data)``.
 
-    Lines end at a newline only: :meth:`str.splitlines` also splits at U+2028 or
-    U+0085, which JSON strings may hold raw.
+    Lines are split by :func:`moot.jsontext.jsonl_lines` (at a newline only).
 
     Raises:
         UsageError: missing, unreadable or not UTF-8, or a line that is not valid JSON
             (its number is named).
     """
-    for number, line in enumerate(read_text(path, what).split("\n"), 1):
-        if not line.strip():
-            continue
+    for number, line in jsonl_lines(read_text(path, what)):
         try:
             data = json.loads(line)
         except json.JSONDecodeError as exc:
