@@ -1,8 +1,11 @@
 """Ray scale-out on one machine: the embedded model's arithmetic bench without Ray and on 1 and 2 workers.
 
-The embedded model (SmolLM2-135M through llama.cpp) runs one thread per process on a
-2-core machine, so one process is the limit; each Ray worker is a process with its own
-copy of the model. The same units (``--n`` items x ``single``, same seed and token cap)
+The embedded model (SmolLM2-135M through llama.cpp) decodes with one thread per process on a
+2-core machine but reads prompts with every CPU (llama-cpp-python's default), so one plain
+process keeps about 1.2 of the 2 cores busy; each Ray worker is a process with its own copy of
+the model, given one CPU, and reads prompts with one thread. The plain process's CPU time is
+measured, and the speed-up it leaves room for on this machine (cores / cores it keeps busy) is
+printed beside the measured one. The same units (``--n`` items x ``single``, same seed and token cap)
 run each way; items/s counts only the units' time (``BenchRun.wall_s``: the workers are
 started and their models loaded before it starts), and the total wall time with the
 cluster start and model loads is printed beside it. The target is >= 1.7x with 2 workers.
@@ -31,9 +34,10 @@ from moot.models import resolve_model
 from moot.scale import RayOptions, run_bench_ray
 
 
-def _row(label: str, run: BenchRun, total_s: float) -> dict[str, Any]:
+def _row(label: str, run: BenchRun, total_s: float, cpu_s: float | None = None) -> dict[str, Any]:
     units = len(run.records) - run.resumed
     return {
+        "cpu_s": None if cpu_s is None else round(cpu_s, 2),
         "setup": label,
         "units": units,
         "units_wall_s": round(run.wall_s, 2),
@@ -48,12 +52,14 @@ def _local(config: BenchConfig, out: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     model = resolve_model(config.model)
 
-    async def go() -> BenchRun:
+    async def go() -> tuple[BenchRun, float]:
         await model.expected_speed()  # loaded and warmed before the units' clock starts, as on a worker
-        return await run_bench(config, model=model, out=out)
+        cpu = time.process_time()
+        run = await run_bench(config, model=model, out=out)
+        return run, time.process_time() - cpu
 
-    run = asyncio.run(go())
-    return _row("no Ray (1 process)", run, time.perf_counter() - t0)
+    run, cpu_s = asyncio.run(go())
+    return _row("no Ray (1 process)", run, time.perf_counter() - t0, cpu_s)
 
 
 def _ray(config: BenchConfig, out: Path, workers: int) -> dict[str, Any]:
@@ -66,7 +72,9 @@ def _ray(config: BenchConfig, out: Path, workers: int) -> dict[str, Any]:
 def _merge(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One setup's rounds added up: units over the summed units' time."""
     units, wall = sum(r["units"] for r in rows), sum(r["units_wall_s"] for r in rows)
+    cpu = [r["cpu_s"] for r in rows if r["cpu_s"] is not None]
     return {
+        "cores_busy": round(sum(cpu) / wall, 2) if cpu else None,
         "setup": rows[0]["setup"],
         "units": units,
         "units_wall_s": round(wall, 2),
@@ -114,6 +122,12 @@ def main() -> None:
                 runs[workers].append(row)
                 print(f"  round {round_}: {row['setup']:<20} {row['items_per_s']:6.3f} items/s", flush=True)
     rows = [_merge(runs[w]) for w in setups]
+    cores = os.cpu_count() or 1
+    busy = rows[0]["cores_busy"]
+    print(
+        f"no Ray keeps {busy:.2f} of {cores} cores busy: a speed-up ceiling of {cores / busy:.2f}x here",
+        flush=True,
+    )
     for row in rows:
         row["speedup"] = round(row["items_per_s"] / rows[0]["items_per_s"], 2)
         print(
@@ -125,7 +139,13 @@ def main() -> None:
     after = os.getloadavg()
     print(f"load average after: {after}", flush=True)
     if args.json is not None:
-        data = {"load_before": before, "load_after": after, "cores": os.cpu_count(), "rows": rows}
+        data = {
+            "load_before": before,
+            "load_after": after,
+            "cores": cores,
+            "ceiling": round(cores / busy, 2),
+            "rows": rows,
+        }
         args.json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 

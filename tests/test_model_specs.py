@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -80,8 +81,30 @@ class TestBackendOptions:
             LocalModel.from_spec("?gpu=1")
         with pytest.raises(UsageError, match="n_threads must be >= 1"):
             LocalModel.from_spec("?n_threads=0")
+        with pytest.raises(UsageError, match="n_threads_batch must be >= 1"):
+            LocalModel.from_spec("?n_threads_batch=0")
         with pytest.raises(UsageError, match="n_ctx must be an integer, got 'big'"):
             LocalModel.from_spec("?n_ctx=big")
+
+    def test_local_thread_counts(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        if importlib.util.find_spec("llama_cpp") is None:
+            pytest.skip("llama-cpp-python is not installed")
+        from moot.models.local import LocalModel
+
+        monkeypatch.delenv("MOOT_LLAMA_THREADS", raising=False)
+        monkeypatch.delenv("MOOT_LLAMA_BATCH_THREADS", raising=False)
+        monkeypatch.setattr(os, "cpu_count", lambda: 8)
+        # Defaults: decode with half the CPUs, read prompts with all of them (llama-cpp-python's own).
+        model = LocalModel.from_spec("")
+        assert (model.n_threads, model.n_threads_batch) == (4, 8)
+        monkeypatch.setenv("MOOT_LLAMA_THREADS", "1")
+        monkeypatch.setenv("MOOT_LLAMA_BATCH_THREADS", "1")
+        assert (LocalModel.from_spec("").n_threads, LocalModel.from_spec("").n_threads_batch) == (1, 1)
+        # The spec wins over the environment; a value that is not a count is ignored there.
+        model = LocalModel.from_spec("?n_threads=2&n_threads_batch=3")
+        assert (model.n_threads, model.n_threads_batch) == (2, 3)
+        monkeypatch.setenv("MOOT_LLAMA_BATCH_THREADS", "many")
+        assert LocalModel.from_spec("").n_threads_batch == 8
 
     def test_openai_options(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from moot.models.openai import OpenAIModel

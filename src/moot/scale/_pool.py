@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -20,6 +21,9 @@ from ._cluster import RayOptions
 from ._worker import Failed, Job, ModelSource, Worker
 
 __all__ = ["MAX_DEATHS", "WorkerPool", "WorkerStats", "worker_pool"]
+
+_CPUS_PER_WORKER = 1
+"""CPUs each worker actor asks Ray for; its in-process model uses as many threads."""
 
 MAX_DEATHS = 2
 """Workers a single unit may take down with it before it is given up."""
@@ -56,9 +60,9 @@ class WorkerPool:
 
     def __init__(self, ray: Any, source: ModelSource, job: Job, workers: int, options: RayOptions) -> None:
         self._ray = ray
-        self._actor_class = ray.remote(num_cpus=1, max_concurrency=options.concurrency)(Worker)
+        self._actor_class = ray.remote(num_cpus=_CPUS_PER_WORKER, max_concurrency=options.concurrency)(Worker)
         self._job = ray.put(job)  # shipped once, not with every actor start
-        self._source = source
+        self._source = dataclasses.replace(source, cpus=_CPUS_PER_WORKER)
         self.workers = workers
         self.concurrency = options.concurrency
         self.start_timeout = options.start_timeout

@@ -33,15 +33,25 @@ class ModelSource:
         providers: providers registered on the driver by code (``register_provider``),
             registered on the worker too so their specs resolve there.
         max_concurrency: requests in flight at the worker's backend (None: its own).
+        cpus: the CPUs the worker was given; an in-process model uses that many threads
+            (``MOOT_LLAMA_THREADS``/``MOOT_LLAMA_BATCH_THREADS``, unless set already or
+            given in the spec) instead of sizing itself by the whole machine.
     """
 
     spec: str | None = None
     factory: Callable[[], Model] | None = None
     providers: dict[str, Callable[[str], Model]] = field(default_factory=dict)
     max_concurrency: int | None = None
+    cpus: int | None = None
 
     def build(self) -> Model:
         """The model, on the worker."""
+        if self.cpus is not None:
+            # llama.cpp reads prompts with every CPU of the machine by default; beside another
+            # worker that extra thread takes CPU from the neighbour's decoding (2 workers on 2
+            # cores: 0.94x one plain process; with one thread each: see bench/ray_scaling.py).
+            for name in ("MOOT_LLAMA_THREADS", "MOOT_LLAMA_BATCH_THREADS"):
+                os.environ.setdefault(name, str(self.cpus))
         for name, provider in self.providers.items():
             register_provider(name, provider)
         model = self.factory() if self.factory is not None else resolve_model(self.spec)
