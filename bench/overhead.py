@@ -10,13 +10,20 @@
    of sequential stages times one call's latency. Once for a single debate,
    then with many debates running concurrently (after one warm-up debate each).
 
-Run: ``.venv/bin/python bench/overhead.py [--latency 0.2] [--concurrent 200] [--http lean,sdk]``.
+   ``--http inproc`` is the floor beside them: the same debates against an in-process model
+   that sleeps the latency (no HTTP at all), what is left is the engine's own time.
+
+Every stack runs under :func:`moot.tuned_gc` (the collector settings the ``moot`` command
+uses) unless ``--gc default``.
+
+Run: ``.venv/bin/python bench/overhead.py [--latency 0.2] [--concurrent 200] [--http lean,sdk,inproc]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -24,7 +31,8 @@ import time
 
 from fake_openai import running
 
-from moot import Debate, load_protocol
+from moot import Debate, load_protocol, tuned_gc
+from moot.models import Model, ModelRequest, ModelResponse
 from moot.models.testing import SchemaModel
 
 
@@ -49,17 +57,34 @@ def engine_time(name: str, debates: int) -> tuple[float, int]:
     return elapsed, len(model.requests)
 
 
+class SleepingModel(SchemaModel):
+    """SchemaModel's replies after ``latency`` seconds: the server's wait without HTTP."""
+
+    def __init__(self, latency: float) -> None:
+        super().__init__()
+        self.latency = latency
+        self.max_concurrency = 10_000
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        await asyncio.sleep(self.latency)
+        return await super().request(request)
+
+
 def wall_vs_critical(name: str, latency: float, concurrent: int, port: int, http: str) -> dict[str, float]:
     from moot.models.openai import OpenAIModel
 
-    model = OpenAIModel(
-        "fake",
-        base_url=f"http://127.0.0.1:{port}/v1",
-        api_key="x",
-        structured_mode="json_schema",
-        max_concurrency=10_000,
-        http=http,  # type: ignore[arg-type]
-    )
+    model: Model
+    if http == "inproc":
+        model = SleepingModel(latency)
+    else:
+        model = OpenAIModel(
+            "fake",
+            base_url=f"http://127.0.0.1:{port}/v1",
+            api_key="x",
+            structured_mode="json_schema",
+            max_concurrency=10_000,
+            http=http,  # type: ignore[arg-type]
+        )
     debate = Debate(name, model=model, overrides={"timeout": None})
 
     async def go() -> float:
@@ -84,12 +109,18 @@ def main() -> None:
     ap.add_argument("--concurrent", type=int, default=200)
     ap.add_argument("--debates", type=int, default=200)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--http", default="lean", help="the openai: backend's HTTP stack(s), comma-separated")
+    ap.add_argument(
+        "--http",
+        default="lean",
+        help="the openai: backend's HTTP stack(s), comma-separated; inproc: no HTTP (the floor)",
+    )
+    ap.add_argument("--gc", choices=("tuned", "default"), default="tuned", help="see the docstring")
     args = ap.parse_args()
     out: dict[str, object] = {
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "load": os.getloadavg(),
+        "gc": args.gc,
     }
 
     rows = []
@@ -98,7 +129,8 @@ def main() -> None:
         rows.append({"protocol": name, "calls": calls, "ms_per_turn": 1000 * elapsed / calls})
     out["engine_time"] = rows
 
-    with running(args.latency) as port:
+    gc_scope = tuned_gc() if args.gc == "tuned" else contextlib.nullcontext()
+    with running(args.latency) as port, gc_scope:
         walls = []
         for http in args.http.split(","):
             for name in ("answer", "panel", "adversarial"):
@@ -114,6 +146,7 @@ def main() -> None:
     for r in rows:
         print(f"  {r['protocol']:12} {r['calls']:6d} calls  {r['ms_per_turn']:.3f} ms/turn")
     print(f"load average before: {out['load']}, after: {os.getloadavg()}, cores: {os.cpu_count()}")
+    print(f"collector: {args.gc}")
     print(f"wall time vs critical path (openai backend, fake server, latency {args.latency}s):")
     for w in walls:
         print(

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import operator
@@ -429,6 +430,8 @@ def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 from throughput_local import local_part  # noqa: E402 - the sibling script
 
+from moot.gctune import tuned_gc  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -461,12 +464,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--kv-unified", action="store_true", help="one KV stream for all sequences")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--gc",
+        choices=("tuned", "default"),
+        default="tuned",
+        help="tuned (default): every client runs under moot.tuned_gc, as the moot command runs; "
+        "default: Python's own collector settings",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
-    print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}", flush=True)
+    print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}, gc: {args.gc}", flush=True)
     rows: list[dict[str, Any]] = []
     if not args.no_http:
-        rows += http_part(args)
+        # The same collector settings for every client, moot's and the references alike.
+        with tuned_gc() if args.gc == "tuned" else contextlib.nullcontext():
+            rows += http_part(args)
+        for row in rows:
+            row["gc"] = args.gc
     if not args.no_local:
         rows += local_part(args)
     print(f"load average after: {os.getloadavg()}", flush=True)

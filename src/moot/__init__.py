@@ -33,6 +33,7 @@ from .errors import (
     UnknownProviderError,
     UsageError,
 )
+from .gctune import tuned_gc
 from .models import FunctionModel, Model, ModelRequest, ModelResponse, ScriptedModel, Usage, resolve_model
 from .protocol import Protocol, load_protocol, presets
 from .structured import ask
@@ -82,4 +83,5 @@ __all__ = [
     "load_protocol",
     "presets",
     "resolve_model",
+    "tuned_gc",
 ]
