@@ -2,8 +2,9 @@
 
 The embedded model (SmolLM2-135M through llama.cpp) decodes with one thread per process on a
 2-core machine but reads prompts with every CPU (llama-cpp-python's default), so one plain
-process keeps about 1.2 of the 2 cores busy; each Ray worker is a process with its own copy of
-the model, given one CPU, and reads prompts with one thread. The plain process's CPU time is
+process keeps about 1.25 of the 2 cores busy; each Ray worker is a process with its own copy of
+the model, given its share of the CPUs (1 worker: 2, the plain process's threads; 2 workers: 1
+each, one thread each). The plain process's CPU time is
 measured, and the speed-up it leaves room for on this machine (cores / cores it keeps busy) is
 printed beside the measured one. The same units (``--n`` items x ``single``, same seed and token cap)
 run each way; items/s counts only the units' time (``BenchRun.wall_s``: the workers are

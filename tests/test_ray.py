@@ -295,15 +295,18 @@ class _Threads(Job):
         return model.n_threads, model.n_threads_batch  # type: ignore[attr-defined]
 
 
-def test_an_embedded_model_on_a_worker_uses_the_workers_one_cpu() -> None:
+def test_an_embedded_model_on_a_worker_uses_the_workers_share_of_cpus() -> None:
     """llama.cpp reads prompts with every CPU of the machine by default; on a worker given one CPU
     that second thread took CPU from the other worker's decoding (2 workers: 0.94x one process)."""
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama-cpp-python is not installed")
     assert "MOOT_LLAMA_BATCH_THREADS" not in os.environ  # the cluster's workers inherit this process's
 
-    async def go() -> list[tuple[int, int]]:
-        async with worker_pool(ray, ModelSource(spec="local"), _Threads(), RayOptions(workers=2)) as pool:
+    async def go(workers: int) -> list[tuple[int, int]]:
+        options = RayOptions(workers=workers)
+        async with worker_pool(ray, ModelSource(spec="local"), _Threads(), options) as pool:
             return list(await asyncio.gather(pool.run(0), pool.run(1)))
 
-    assert asyncio.run(go()) == [(1, 1), (1, 1)]
+    assert asyncio.run(go(2)) == [(1, 1), (1, 1)]
+    # One worker on the 2-CPU cluster gets both CPUs, and the threads a plain process would use.
+    assert asyncio.run(go(1)) == [(1, 2), (1, 2)]

@@ -22,9 +22,6 @@ from ._worker import Failed, Job, ModelSource, Worker
 
 __all__ = ["MAX_DEATHS", "WorkerPool", "WorkerStats", "worker_pool"]
 
-_CPUS_PER_WORKER = 1
-"""CPUs each worker actor asks Ray for; its in-process model uses as many threads."""
-
 MAX_DEATHS = 2
 """Workers a single unit may take down with it before it is given up."""
 
@@ -58,11 +55,14 @@ class _Slot:
 class WorkerPool:
     """Ray actors running one :class:`Job`, ``concurrency`` units each (see the module docstring)."""
 
-    def __init__(self, ray: Any, source: ModelSource, job: Job, workers: int, options: RayOptions) -> None:
+    def __init__(
+        self, ray: Any, source: ModelSource, job: Job, workers: int, options: RayOptions, cpus: int = 1
+    ) -> None:
         self._ray = ray
-        self._actor_class = ray.remote(num_cpus=_CPUS_PER_WORKER, max_concurrency=options.concurrency)(Worker)
+        self._actor_class = ray.remote(num_cpus=cpus, max_concurrency=options.concurrency)(Worker)
         self._job = ray.put(job)  # shipped once, not with every actor start
-        self._source = dataclasses.replace(source, cpus=_CPUS_PER_WORKER)
+        self._source = dataclasses.replace(source, cpus=cpus)
+        self.cpus = cpus
         self.workers = workers
         self.concurrency = options.concurrency
         self.start_timeout = options.start_timeout
@@ -207,13 +207,34 @@ class WorkerPool:
             self._ray.kill(slot.actor)
 
 
+def cpus_per_worker(ray: Any, workers: int, options: RayOptions) -> int:
+    """The CPUs each of ``workers`` workers asks for.
+
+    On a cluster started for this run (``local``) its CPUs are all the run's, so they are shared
+    out equally (at least one each, at most the smallest node's). On a cluster joined
+    (``auto``, an address), other jobs may hold some at any moment: one each.
+    """
+    if options.address.strip() != "local":
+        return 1
+    per_node = [int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    per_node = [c for c in per_node if c > 0]
+    if not per_node:
+        return 1
+    return max(1, min(sum(per_node) // workers, min(per_node)))
+
+
 @contextlib.asynccontextmanager
 async def worker_pool(
     ray: Any, source: ModelSource, job: Job, options: RayOptions
 ) -> AsyncIterator[WorkerPool]:
-    """A started :class:`WorkerPool` (``options.workers``, else one per CPU of the cluster), closed after."""
+    """A started :class:`WorkerPool` (``options.workers``, else one per CPU of the cluster), closed after.
+
+    Each worker asks for :func:`cpus_per_worker` CPUs, so on a cluster started for the run fewer
+    workers than CPUs still use them all (an in-process model sizes its threads by its share, see
+    :class:`ModelSource`).
+    """
     workers = options.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    pool = WorkerPool(ray, source, job, workers, options)
+    pool = WorkerPool(ray, source, job, workers, options, cpus=cpus_per_worker(ray, workers, options))
     try:
         await pool.start()
         yield pool

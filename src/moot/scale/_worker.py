@@ -33,9 +33,10 @@ class ModelSource:
         providers: providers registered on the driver by code (``register_provider``),
             registered on the worker too so their specs resolve there.
         max_concurrency: requests in flight at the worker's backend (None: its own).
-        cpus: the CPUs the worker was given; an in-process model uses that many threads
-            (``MOOT_LLAMA_THREADS``/``MOOT_LLAMA_BATCH_THREADS``, unless set already or
-            given in the spec) instead of sizing itself by the whole machine.
+        cpus: the CPUs the worker was given; an in-process model sizes its threads by them as
+            a plain process does by the machine's (decoding with half, reading prompts with
+            all: ``MOOT_LLAMA_THREADS``/``MOOT_LLAMA_BATCH_THREADS``, unless set already or
+            given in the spec), not by every CPU of the node it shares with other workers.
     """
 
     spec: str | None = None
@@ -50,8 +51,8 @@ class ModelSource:
             # llama.cpp reads prompts with every CPU of the machine by default; beside another
             # worker that extra thread takes CPU from the neighbour's decoding (2 workers on 2
             # cores: 0.94x one plain process; with one thread each: see bench/ray_scaling.py).
-            for name in ("MOOT_LLAMA_THREADS", "MOOT_LLAMA_BATCH_THREADS"):
-                os.environ.setdefault(name, str(self.cpus))
+            os.environ.setdefault("MOOT_LLAMA_THREADS", str(max(1, self.cpus // 2)))
+            os.environ.setdefault("MOOT_LLAMA_BATCH_THREADS", str(self.cpus))
         for name, provider in self.providers.items():
             register_provider(name, provider)
         model = self.factory() if self.factory is not None else resolve_model(self.spec)
