@@ -108,3 +108,23 @@ def test_missing_data_file_names_builtin(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["absa-eval", str(tmp_path / "nope.jsonl"), "--model", "evalfake:x", "--no-store"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("moot: error: dataset not found") and "builtin" in err[0]
+
+
+def test_a_run_that_fails_leaves_no_empty_out_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import moot.cli.absa_eval as absa_eval
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(absa_eval, "evaluate", broken)
+    out = tmp_path / "eval"
+    argv = ["absa-eval", str(_data(tmp_path)), "--model", "evalfake:x", "--configs", "default"]
+    assert main([*argv, "--out", str(out), "--no-store"]) == 3
+    assert "boom" in capsys.readouterr().err
+    assert not out.exists()
+    # A folder that was there before stays, empty of this run's files.
+    out.mkdir()
+    assert main([*argv, "--out", str(out), "--no-store"]) == 3
+    assert out.is_dir() and not any(out.iterdir())

@@ -96,6 +96,20 @@ def _open_predictions(out: Path | None) -> TextIO | None:
         raise UsageError(f"cannot write to --out {out}: {exc.strerror or exc}") from None
 
 
+def _drop_empty_predictions(out: Path, created: bool) -> None:
+    """Tidy ``out`` after a run that failed, leaving no empty files behind.
+
+    ``predictions.jsonl`` goes if no sentence reached it (finished sentences' lines are kept),
+    and ``out`` too if this run made it and it is now empty.
+    """
+    path = out / "predictions.jsonl"
+    with contextlib.suppress(OSError):
+        if path.stat().st_size == 0:
+            path.unlink()
+            if created:
+                out.rmdir()  # fails, and is left, if anything else is in it
+
+
 class _ProgressLines:
     """Progress for a log or a pipe: a plain line per config every ``every`` seconds, and at its end."""
 
@@ -225,6 +239,7 @@ def absa_eval_cmd(
     cfg = load_config(config)
     configs = _eval_configs(cfg, configs_opt, with_ablations)
     backend = resolve_model(model)  # an unknown provider fails here, before any progress output
+    created = out is not None and not out.exists()
     predictions = _open_predictions(out)
     cut: list[tuple[str, int]] = []
     recorded = {
@@ -282,6 +297,11 @@ def absa_eval_cmd(
                 summary={name: p["f1"] for name, p in payload.items()},
                 score=max((p["f1"] for p in payload.values()), default=None),
             )
+    except BaseException:
+        if predictions is not None and out is not None:
+            predictions.close()
+            _drop_empty_predictions(out, created)
+        raise
     finally:
         if predictions is not None:
             predictions.close()
