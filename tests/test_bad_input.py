@@ -114,6 +114,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "run extends cycle": ([*RUN, "--config", "a.yaml"], "extends: cycle"),
     "run extends itself": ([*RUN, "--config", "self.yaml"], "extends: cycle"),
     "run rounds past bound": ([*RUN, "--rounds", "1000000000"], "rounds"),
+    "run max tokens past bound": ([*RUN, "--max-tokens", "1000000000"], "less than or equal to 131072"),
     "run batch input not utf-8": ([*RUN[:1], "--input", "bad.jsonl", "--output", "o.jsonl"], "not UTF-8"),
     "run batch input is a directory": (
         [*RUN[:1], "--input", "adir", "--output", "o.jsonl"],
@@ -171,6 +172,10 @@ CASES: dict[str, tuple[list[str], str]] = {
         "less than or equal to 1000",
     ),
     # bench: data files, output folder, --report-only files, bounds
+    "bench max tokens past bound": (
+        [*BENCH, "--max-tokens", "1000000000", "--out", "o"],
+        "less than or equal to 131072",
+    ),
     "bench gsm8k data not utf-8": (
         [*BENCH, "--task", "gsm8k:bad.jsonl", "--out", "o"],
         "utf-8",

@@ -52,6 +52,11 @@ Visibility = Literal["all", "previous_round", "ring", "none"]
 Aggregation = Literal["judge", "majority", "confidence_weighted", "evidence_based", "majority_vote", "none"]
 
 
+MAX_TOKENS_PER_CALL = 131_072
+"""Upper bound of a per-call generation cap: no served model writes more in one reply, so a
+larger value is a typo (and against an in-process model, a turn that would run for hours)."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -65,7 +70,7 @@ class JudgeSpec(_Strict):
     """Prompt file under ``moot/prompts`` (or a path)."""
     output: str = "summary"
     """Output schema name."""
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_CALL)
     """Token cap for this call (default: the protocol's per-turn cap)."""
     answer_field: str | None = None
     """Field of the output that becomes ``final_answer`` (judge only)."""
@@ -149,7 +154,7 @@ class Protocol(_Strict):
     """Content field holding a speaker's answer (majority vote, fallback)."""
     early_stop: EarlyStop = Field(default_factory=EarlyStop)
     """Early-stop rule."""
-    max_tokens_per_turn: int = Field(500, ge=1)
+    max_tokens_per_turn: int = Field(500, ge=1, le=MAX_TOKENS_PER_CALL)
     """Generation cap per speaker turn; the main text is also trimmed to it (seed 000)."""
     budget: Budget = Field(default_factory=Budget)
     """Call and token caps."""

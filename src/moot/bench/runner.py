@@ -51,6 +51,7 @@ from pydantic import BaseModel, Field
 from ..errors import RunError, UsageError
 from ..models.base import Model
 from ..models.retry import RetryPolicy
+from ..protocol import MAX_TOKENS_PER_CALL
 from .methods import MethodContext, MethodSpec, matched_vote, parse_method, run_method
 from .records import ItemRecord
 from .tasks import Item, Task, make_task
@@ -94,7 +95,7 @@ class BenchConfig(BaseModel):
     """Units (item x method) in flight at once."""
     temperature: float | None = None
     """Sampling temperature for every call; None keeps the backend's default."""
-    max_tokens: int | None = Field(256, ge=1)
+    max_tokens: int | None = Field(256, ge=1, le=MAX_TOKENS_PER_CALL)
     """Cap on generated tokens per plain call; None keeps the backend's."""
     matched: bool = False
     """Add a ``vote:K`` with as many calls as each debate method."""

@@ -36,6 +36,7 @@ from ..bench.runner import (
 from ..bench.tasks import make_task
 from ..errors import UsageError
 from ..models import run_with_model
+from ..protocol import MAX_TOKENS_PER_CALL
 from ..runs import open_store, recording
 from . import _exit
 from ._bench_store import RECORDED_OPTIONS, RecordingObserver, find_resume, finish_bench, merge_resume
@@ -176,7 +177,9 @@ def bench(
     temperature: Annotated[
         float | None, typer.Option("--temperature", help="Sampling temperature (default: the backend's).")
     ] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Generation cap per call.")] = 256,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", min=1, max=MAX_TOKENS_PER_CALL, help="Generation cap per call.")
+    ] = 256,
     model_concurrency: Annotated[
         int | None,
         typer.Option(
