@@ -215,3 +215,22 @@ def test_timeout_with_ray_is_a_usage_error(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert "--timeout is not supported with --ray" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_timeout_counts_the_cut_debates_requests(
+    fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A debate cut by --timeout still reports the requests it sent: usage matches the server's count."""
+    received: list[str] = []
+
+    async def counted(request: ModelRequest) -> dict[str, Any]:
+        received.append(str(request.metadata.get("speaker")))  # the server saw it, answered or not
+        return await hangs_in_debate(request)
+
+    fake_provider("absacount", lambda rest: FunctionModel(counted, name="absacount"))
+    argv = ["absa", "The zqx hinge is terrible.", "--model", "absacount:x", "--no-store", "--json"]
+    assert main([*argv, "--timeout", "0.5"]) == 1
+    res = FinalResult.model_validate_json(capsys.readouterr().out)
+    assert "deadline" in res.errors and "debate" in res.errors
+    assert any(s in ("analyst", "critic", "empath") for s in received)  # the debate had started
+    assert res.usage.attempts == len(received)

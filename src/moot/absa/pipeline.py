@@ -32,7 +32,7 @@ ConfigLike = AbsaConfig | str | Path | dict[str, Any] | None
 
 
 async def _debate(
-    sentence: str, stage1: Stage1Result, model: Model, cfg: AbsaConfig, rec: Recorder
+    sentence: str, stage1: Stage1Result, model: Model, cfg: AbsaConfig, rec: Recorder, deadline: float | None
 ) -> DebateResult:
     # Imported here so the pure parts of moot.absa load without the engine.
     from ..engine import Debate
@@ -43,7 +43,26 @@ async def _debate(
         rec.emit(event)
 
     debate = Debate(cfg.protocol(), model=model)
-    return await debate.run(sentence, context=stage1.context(), on_event=on_event)
+    if deadline is None:
+        return await debate.run(sentence, context=stage1.context(), on_event=on_event)
+    loop = asyncio.get_running_loop()
+    remaining, own = deadline - loop.time(), await debate.deadline()
+    if own is None or remaining < own:  # the run's deadline comes first: the debate ends at it itself
+        debate = Debate(cfg.protocol(), model=model, overrides={"timeout": max(remaining, 1e-3)})
+    task = asyncio.ensure_future(debate.run(sentence, context=stage1.context(), on_event=on_event))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if loop.time() < deadline:  # an interrupt, not the deadline: stop the debate now
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        # The run's deadline: the debate ends at the same moment and returns what it spent,
+        # the requests of its cut-off turns included, so usage matches what the server saw.
+        result = await task
+        rec.usage = rec.usage + result.usage
+        rec.errors["debate"] = result.fallback or "not finished before the --timeout deadline"
+        raise
 
 
 def _moderator_inputs(
@@ -105,10 +124,10 @@ async def run_absa(
     mdl = resolve_model(model)
     rec = Recorder(on_progress=on_progress, on_event=on_event)
     if deadline is None:
-        return await _pipeline(sentence, mdl, cfg, rec)
+        return await _pipeline(sentence, mdl, cfg, rec, None)
     try:
         async with asyncio.timeout_at(deadline) as bound:
-            return await _pipeline(sentence, mdl, cfg, rec)
+            return await _pipeline(sentence, mdl, cfg, rec, deadline)
     except TimeoutError:
         if not bound.expired():  # a TimeoutError of the call itself, not the deadline
             raise
@@ -119,7 +138,9 @@ async def run_absa(
     return result
 
 
-async def _pipeline(sentence: str, mdl: Model, cfg: AbsaConfig, rec: Recorder) -> FinalResult:
+async def _pipeline(
+    sentence: str, mdl: Model, cfg: AbsaConfig, rec: Recorder, deadline: float | None
+) -> FinalResult:
     """The stages of :func:`run_absa`, recorded in ``rec`` as they end."""
     stage1 = await run_stage1(sentence, mdl, cfg, rec)
     rec.emit(StageEvent(kind="stage_output", name="stage1", stage1=stage1))
@@ -129,7 +150,7 @@ async def _pipeline(sentence: str, mdl: Model, cfg: AbsaConfig, rec: Recorder) -
     if cfg.debate_on:
         rec.begin("debate")
         t0 = rec.now_ms()
-        debate = await _debate(sentence, stage1, mdl, cfg, rec)
+        debate = await _debate(sentence, stage1, mdl, cfg, rec, deadline)
         rec.usage = rec.usage + debate.usage
         for turn in debate.turns(include_judge=True):
             if not turn.ok:
