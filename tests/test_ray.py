@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from absa.test_absa_cli import brain
+from absa.test_absa_cli import brain, hangs_in_debate
 from moot import models
 from moot.absa import FinalResult, run_absa_batch
 from moot.bench.runner import BenchConfig, load_records, run_bench
@@ -236,6 +236,37 @@ def test_absa_cli_batch_on_ray(tmp_path: Path, capsys: pytest.CaptureFixture[str
     on_ray = next(r for r in stored if "workers" in r.summary)
     assert sum(w["units"] for w in on_ray.summary["workers"]) == 5
     assert len(list(RunStore(store).iter_items(on_ray.id))) == 5
+
+
+def _hanging_absa_model() -> FunctionModel:
+    return FunctionModel(hangs_in_debate, name="absahang:x")
+
+
+def test_absa_batch_on_ray_with_a_timeout() -> None:
+    """One deadline for the batch, as on one machine: finished sentences whole, the rest failed."""
+    for module in ("absa.test_absa_cli", "absa.test_dataset_eval", "absa.scripts"):
+        ray.cloudpickle.register_pickle_by_value(sys.modules[module])
+    # One worker, one sentence at a time: the zqx sentence hangs in its debate until the deadline,
+    # and the sentence queued behind it is never sent.
+    sentences = ["Nice place.", "The zqx hinge is terrible.", "Lovely staff."]
+    batch = asyncio.run(
+        run_absa_batch_ray(sentences, model=_hanging_absa_model, ray=RayOptions(workers=1), timeout=3.0)
+    )
+    first, hung, queued = batch.results
+    assert not first.errors and first.trace and not first.failed
+    assert hung.failed and "deadline" in hung.errors and "debate" in hung.errors
+    assert hung.trace and hung.usage.attempts > 0  # stage 1 finished; the cut debate's requests count
+    assert queued.failed and "deadline" in queued.errors and not queued.trace and queued.usage.calls == 0
+    assert batch.workers[0]["units"] == 2  # the queued sentence never went to the worker
+
+
+def test_absa_cli_batch_on_ray_with_a_timeout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text('"Nice place."\n', encoding="utf-8")
+    argv = ["absa", "--input", str(inp), "--output", str(out), "--model", "test", "--no-store"]
+    assert main([*argv, "--ray", "auto", "--ray-workers", "1", "--timeout", "30"]) == 0
+    assert "wrote 1 results" in capsys.readouterr().err
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 1
 
 
 def _poison_oracle() -> FunctionModel:

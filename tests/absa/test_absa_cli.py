@@ -207,16 +207,6 @@ def test_timeout_batch_writes_finished_and_marks_unfinished(
     assert main([*argv, "--config", "abl_no_debate", "--timeout", "5"]) == 0  # no debate: nothing hangs
 
 
-def test_timeout_with_ray_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    inp = tmp_path / "in.jsonl"
-    inp.write_text('"Nice place."\n', encoding="utf-8")
-    argv = ["absa", "--input", str(inp), "--output", str(tmp_path / "o.jsonl"), "--no-store"]
-    assert main([*argv, "--ray", "local", "--timeout", "5"]) == 2
-    err = capsys.readouterr().err
-    assert "--timeout is not supported with --ray" in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "o.jsonl").exists()
-
-
 def test_timeout_counts_the_cut_debates_requests(
     fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -131,10 +131,17 @@ async def run_absa(
     except TimeoutError:
         if not bound.expired():  # a TimeoutError of the call itself, not the deadline
             raise
-    result = FinalResult(sentence=sentence, label="neutral", confidence=0.0, mode=cfg.mode)
-    result.debate_enabled, result.override_enabled = cfg.debate_on, cfg.enable_debate_override
+    result = deadline_result(sentence, cfg)
     result.trace, result.usage = rec.trace, rec.usage
-    result.errors = dict(rec.errors) | {"deadline": "not finished before the --timeout deadline"}
+    result.errors = dict(rec.errors) | result.errors
+    return result
+
+
+def deadline_result(sentence: str, config: AbsaConfig) -> FinalResult:
+    """The failed result of a sentence the ``--timeout`` deadline cut off (or never let start)."""
+    result = FinalResult(sentence=sentence, label="neutral", confidence=0.0, mode=config.mode)
+    result.debate_enabled, result.override_enabled = config.debate_on, config.enable_debate_override
+    result.errors = {"deadline": "not finished before the --timeout deadline"}
     return result
 
 

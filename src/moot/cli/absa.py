@@ -140,7 +140,9 @@ async def _batch(
             from ..scale import run_absa_batch_ray
 
             assert not isinstance(model, Model)
-            done = await run_absa_batch_ray(sentences, model=model, config=config, ray=ray, on_result=write)
+            done = await run_absa_batch_ray(
+                sentences, model=model, config=config, ray=ray, on_result=write, timeout=timeout
+            )
             return done.results, done.workers
         results = await run_absa_batch(
             sentences,
@@ -279,8 +281,6 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--input needs --output FILE.jsonl")
         items = read_inputs(input_file)
         ray = ray_options(ray_address, ray_workers, concurrency)
-        if ray is not None and timeout is not None:
-            raise UsageError("--timeout is not supported with --ray yet; give one or the other")
         console = make_console(stderr=True)
         batch = {"batch": True, "input": str(input_file), "output": str(output), "concurrency": concurrency}
         with (
@@ -301,7 +301,9 @@ def register(app: typer.Typer) -> None:
                     model, lambda m: _batch(items, out, m, cfg, concurrency, console, rec, timeout=timeout)
                 )
             else:  # the model is built on each worker, never loaded here
-                results, workers = asyncio.run(_batch(items, out, model, cfg, concurrency, console, rec, ray))
+                results, workers = asyncio.run(
+                    _batch(items, out, model, cfg, concurrency, console, rec, ray, timeout=timeout)
+                )
             usage = sum((r.usage for r in results), Usage())
             failed = sum(r.failed for r in results)
             summary: dict[str, Any] = {"sentences": len(results), "failed": failed}

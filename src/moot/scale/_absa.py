@@ -4,6 +4,11 @@ Each worker runs the whole pipeline on a sentence with its own model; results co
 to this process as they finish, where ``on_result`` writes them (the output file and the
 run store are written here alone), and are returned in input order, as
 :func:`moot.absa.run_absa_batch` does.
+
+A ``timeout`` is one deadline for the whole batch, as on one machine: each sentence goes to
+its worker with the seconds left (no clocks compared across machines), the worker ends it
+there as :func:`moot.absa.run_absa` does, and sentences still waiting for a worker at the
+deadline are never sent: they end here as failed ``deadline`` results.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from ..absa import FinalResult, run_absa
 from ..absa.config import AbsaConfig, load_config
-from ..absa.pipeline import ConfigLike
+from ..absa.pipeline import ConfigLike, deadline_result
 from ..models import default_model_spec
 from ..models.base import Model
 from ._bench import ModelLike, model_source
@@ -33,7 +38,11 @@ class AbsaJob(Job):
     config: AbsaConfig
 
     async def run(self, model: Model, unit: Any) -> FinalResult:
-        """Analyse ``unit``, a sentence."""
+        """Analyse ``unit``: a sentence, or ``(sentence, seconds left)`` under a deadline."""
+        if isinstance(unit, tuple):
+            sentence, seconds = unit
+            deadline = asyncio.get_running_loop().time() + seconds
+            return await run_absa(sentence, model=model, config=self.config, deadline=deadline)
         return await run_absa(str(unit), model=model, config=self.config)
 
 
@@ -58,6 +67,7 @@ async def run_absa_batch_ray(
     ray: RayOptions | None = None,
     on_result: Callable[[int, FinalResult], Awaitable[None] | None] | None = None,
     model_concurrency: int | None = None,
+    timeout: float | None = None,
 ) -> RayBatch:
     """:func:`moot.absa.run_absa_batch` with the sentences on Ray workers.
 
@@ -69,6 +79,8 @@ async def run_absa_batch_ray(
         ray: the cluster and its width; ``concurrency`` is sentences in flight per worker.
         on_result: ``on_result(index, result)``, sync or async, called here in completion order.
         model_concurrency: requests in flight at each worker's backend (None: the backend's own).
+        timeout: seconds for the whole batch, counted from when the workers are ready (see the
+            module docstring); None: no deadline.
 
     Raises:
         RunError: a sentence took :data:`moot.scale.MAX_DEATHS` workers down with it.
@@ -76,13 +88,22 @@ async def run_absa_batch_ray(
     options = ray or RayOptions()
     source = model_source(model if model is not None else default_model_spec(), model_concurrency)
     results: list[FinalResult | None] = [None] * len(sentences)
+    cfg = load_config(config)
     with connect(options) as ray_module:
-        async with worker_pool(ray_module, source, AbsaJob(load_config(config)), options) as pool:
+        async with worker_pool(ray_module, source, AbsaJob(cfg), options) as pool:
             gate = asyncio.Semaphore(pool.slots)
+            loop = asyncio.get_running_loop()
+            deadline = None if timeout is None else loop.time() + timeout
 
             async def one(i: int) -> None:
                 async with gate:
-                    res: FinalResult = await pool.run(sentences[i])
+                    res: FinalResult
+                    if deadline is None:
+                        res = await pool.run(sentences[i])
+                    elif (left := deadline - loop.time()) <= 0:  # never sent: no time left for it
+                        res = deadline_result(sentences[i], cfg)
+                    else:
+                        res = await pool.run((sentences[i], left))
                 results[i] = res
                 if on_result is not None:
                     out = on_result(i, res)
