@@ -5,10 +5,11 @@ Usage::
     python bench/rescore.py OUT_DIR        # rewrites OUT_DIR/results.jsonl in place, then
     moot bench --out OUT_DIR --report-only # writes the report from it
 
-Every reply is stored verbatim with its finish reason, so a parser change can be
-applied to a past run without calling the model again: answers, finals and their
-lenient readings are recomputed exactly as a live run would (``moot.bench.methods.rescore``).
-Calls, tokens and wall times are kept. Runs with preset methods cannot be rescored.
+Every reply is stored verbatim with its finish reason, and a preset's final answer text
+too, so a parser change can be applied to a past run without calling the model again:
+answers, finals and their lenient readings are recomputed exactly as a live run would
+(``moot.bench.methods.rescore``). Calls, tokens and wall times are kept. Preset records
+written before the final text was stored cannot be rescored (the script says so).
 """
 
 from __future__ import annotations

@@ -190,6 +190,17 @@ def test_presets_run_through_the_engine_and_are_parsed_by_the_task(tmp_path: Pat
     assert all(not a.correct for r in preset for rnd in r.rounds for a in rnd)
     assert all(r.calls == 5 for r in preset)
 
+    # The engine's final text is stored, so a rescore parses it again as a live run does.
+    from moot.bench.methods import rescore
+    from moot.bench.tasks import make_task
+
+    task = make_task("arithmetic")
+    items = {i.id: i for i in task.items(2, 0)}
+    for record in preset:
+        assert record.final_text and record.final in record.final_text
+        stale = record.model_copy(update={"final": None, "correct": False, "parse_failed": True})
+        assert rescore(stale, items[record.item_id], task) == record
+
 
 def test_a_preset_whose_backend_is_down_is_a_failed_unit_not_a_wrong_answer(tmp_path: Path) -> None:
     from moot.bench.runner import RESULTS_FILE
@@ -249,10 +260,11 @@ def test_rescore_parses_stored_replies_again_like_a_live_run(tmp_path: Path) -> 
             }
         )
         assert rescore(stale, items[record.item_id], task) == record
+    # A preset's record from before final texts were stored cannot be rescored, and says why.
     preset = run.records[0].model_copy(
         update={"rounds": [[run.records[0].rounds[0][0].model_copy(update={"agent": "proponent"})]]}
     )
-    with pytest.raises(UsageError, match="cannot be rescored"):
+    with pytest.raises(UsageError, match="cannot be rescored: it was written before"):
         rescore(preset, items[preset.item_id], task)
 
 

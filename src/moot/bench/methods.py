@@ -390,27 +390,34 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
         started,
         stopped_early=result.stopped_early,
         note=note,
+        final_text=result.final_answer,
     )
 
 
 def rescore(record: ItemRecord, item: Item, task: Task) -> ItemRecord:
     """``record`` with every stored reply parsed again by ``task``'s current parser.
 
-    The replies, their finish reasons, calls and tokens are kept; answers, the final
-    (plurality of the last round) and its lenient reading are recomputed, as a live run
-    would have. Only plain methods can be rescored: a preset's final answer text is not
-    stored.
+    The replies, their finish reasons, calls and tokens are kept; answers, the final and
+    its lenient reading are recomputed, as a live run would have: for plain methods the
+    plurality of the last round, for presets the engine's final answer text (``final_text``).
 
     Raises:
-        UsageError: ``record`` is a preset's.
+        UsageError: a preset's record written before ``final_text`` was stored.
     """
-    if record.rounds and record.rounds[0] and not record.rounds[0][0].agent.startswith("agent"):
+    preset = bool(record.rounds and record.rounds[0] and not record.rounds[0][0].agent.startswith("agent"))
+    if preset and record.final_text is None:
         raise UsageError(
-            f"{record.method}: a preset's records cannot be rescored (its final text is not stored)"
+            f"{record.method}: this preset record cannot be rescored: it was written before moot "
+            "stored a preset's final answer text"
         )
     rounds = [[score_reply(task, item, a.agent, a.text, a.finish) for a in rnd] for rnd in record.rounds]
-    final = majority([a.answer for a in rounds[-1]]) if rounds else None
-    lenient = majority([a.lenient for a in rounds[-1]]) if rounds else None
+    if preset:
+        text = record.final_text or ""
+        final = task.parse(text, item).value
+        lenient = final if final is not None else task.lenient(text, item)
+    else:
+        final = majority([a.answer for a in rounds[-1]]) if rounds else None
+        lenient = majority([a.lenient for a in rounds[-1]]) if rounds else None
     return record.model_copy(
         update={
             "rounds": rounds,

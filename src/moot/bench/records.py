@@ -65,6 +65,9 @@ class ItemRecord(BaseModel):
     """True when ``early_stop`` or ``debate_if_disagree`` ended the debate before its last round."""
     note: str | None = None
     """Anything the reader should know (e.g. a preset's fallback reason)."""
+    final_text: str | None = None
+    """A preset's final answer as the engine returned it, before parsing (None for plain
+    methods, whose final is the plurality of ``rounds``): what a rescore parses again."""
 
     @property
     def tokens(self) -> int:
