@@ -91,3 +91,19 @@ def test_starting_a_cluster_keeps_the_callers_sigterm_handler() -> None:
         assert not ray.is_initialized()  # the cluster started for the run is stopped after it
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["bench", "--ray"], ["bench", "--ray", "auto"]),
+        (["bench", "--ray", "--ray-workers", "2"], ["bench", "--ray", "auto", "--ray-workers", "2"]),
+        (["bench", "--ray", "local", "--n", "3"], ["bench", "--ray", "local", "--n", "3"]),
+        (["bench", "--ray", "10.0.0.5:6379"], ["bench", "--ray", "10.0.0.5:6379"]),
+        (["run", "--", "--ray"], ["run", "--", "--ray"]),  # after --, an argument, not an option
+    ],
+)
+def test_ray_without_an_address_means_auto(args: list[str], expected: list[str]) -> None:
+    from moot.cli._ray_options import default_ray_address
+
+    assert default_ray_address(args) == expected

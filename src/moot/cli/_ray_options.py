@@ -1,4 +1,4 @@
-"""The ``--ray ADDRESS`` / ``--ray-workers N`` options of ``moot bench`` and ``moot absa --input``."""
+"""The ``--ray [ADDRESS]`` / ``--ray-workers N`` options of ``moot bench`` and ``moot absa --input``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import typer
 if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only when --ray is given
     from ..scale import RayOptions
 
-__all__ = ["RayOption", "RayWorkersOption", "ray_options"]
+__all__ = ["RayOption", "RayWorkersOption", "default_ray_address", "ray_options"]
+
+DEFAULT_ADDRESS = "auto"
+"""What ``--ray`` without an address means: the cluster running here, else a new one."""
 
 RayOption = Annotated[
     str | None,
@@ -17,8 +20,9 @@ RayOption = Annotated[
         "--ray",
         metavar="ADDRESS",
         # typer renders help as rich markup, where a bare [ray] is a tag and vanishes.
-        help="Run on a Ray cluster (needs moot\\[ray]): local starts one here, auto joins the one "
-        "running here (else starts one), or HOST:6379 / ray://HOST:10001. --concurrency is then per worker.",
+        help="Run on a Ray cluster (needs moot\\[ray]): local starts one here, auto (--ray alone) joins "
+        "the one running here (else starts one), or HOST:6379 / ray://HOST:10001. "
+        "--concurrency is then per worker.",
         show_default=False,
     ),
 ]
@@ -31,6 +35,22 @@ RayWorkersOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def default_ray_address(args: list[str]) -> list[str]:
+    """``args`` with ``--ray`` given no address (last, or before another option) made ``--ray auto``.
+
+    Click has no option whose value may be left out (typer deprecates click's flag_value), so
+    the address is filled in before parsing. Nothing after ``--`` is touched.
+    """
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        out.append(arg)
+        if arg == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            out.append(DEFAULT_ADDRESS)
+    return out
 
 
 def ray_options(address: str | None, workers: int | None, concurrency: int) -> RayOptions | None:
