@@ -32,7 +32,7 @@ import time
 from fake_openai import running
 
 from moot import Debate, load_protocol, tuned_gc
-from moot.models import Model, ModelRequest, ModelResponse
+from moot.models import Model
 from moot.models.testing import SchemaModel
 
 
@@ -57,25 +57,13 @@ def engine_time(name: str, debates: int) -> tuple[float, int]:
     return elapsed, len(model.requests)
 
 
-class SleepingModel(SchemaModel):
-    """SchemaModel's replies after ``latency`` seconds: the server's wait without HTTP."""
-
-    def __init__(self, latency: float) -> None:
-        super().__init__()
-        self.latency = latency
-        self.max_concurrency = 10_000
-
-    async def request(self, request: ModelRequest) -> ModelResponse:
-        await asyncio.sleep(self.latency)
-        return await super().request(request)
-
-
 def wall_vs_critical(name: str, latency: float, concurrent: int, port: int, http: str) -> dict[str, float]:
     from moot.models.openai import OpenAIModel
 
     model: Model
     if http == "inproc":
-        model = SleepingModel(latency)
+        model = SchemaModel(delay=latency)  # the server's wait without HTTP
+        model.max_concurrency = 10_000
     else:
         model = OpenAIModel(
             "fake",
