@@ -45,6 +45,7 @@ __all__ = [
     "LocalModel",
     "bundled_model_path",
     "cpu_has_amx",
+    "default_threads",
 ]
 
 DEFAULT_N_CTX = 4096
@@ -180,6 +181,15 @@ def _load(
                 llama_lib.llama_model_default_params = original
             entry = _LOADED[key] = (llm, threading.Lock())
         return entry
+
+
+def default_threads(cpus: int) -> tuple[int, int]:
+    """(decoding, prompt-reading) llama.cpp threads for a process that may use ``cpus`` CPUs.
+
+    Half of them decode (the threads spin-wait for each other, see :class:`LocalModel`) and all
+    of them read prompts (llama-cpp-python's own default).
+    """
+    return max(cpus // 2, 1), max(cpus, 1)
 
 
 def _env_threads(name: str) -> int:
@@ -353,10 +363,9 @@ class LocalModel(Model):
         self.seed = seed
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self.n_threads = n_threads or _env_threads("MOOT_LLAMA_THREADS") or max((os.cpu_count() or 2) // 2, 1)
-        self.n_threads_batch = (
-            n_threads_batch or _env_threads("MOOT_LLAMA_BATCH_THREADS") or os.cpu_count() or 1
-        )
+        decode, read = default_threads(os.cpu_count() or 1)
+        self.n_threads = n_threads or _env_threads("MOOT_LLAMA_THREADS") or decode
+        self.n_threads_batch = n_threads_batch or _env_threads("MOOT_LLAMA_BATCH_THREADS") or read
         self.extra_buffers = _extra_buffers_default() if extra_buffers is None else extra_buffers
         self.n_gpu_layers = n_gpu_layers
 

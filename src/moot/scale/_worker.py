@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import MootError, RunError
 from ..models import register_provider, resolve_model
 from ..models.base import Model
+from ..models.local import default_threads
 
 __all__ = ["Failed", "Job", "ModelSource", "Worker"]
 
@@ -51,8 +52,9 @@ class ModelSource:
             # llama.cpp reads prompts with every CPU of the machine by default; beside another
             # worker that extra thread takes CPU from the neighbour's decoding (2 workers on 2
             # cores: 0.94x one plain process; with one thread each: see bench/ray_scaling.py).
-            os.environ.setdefault("MOOT_LLAMA_THREADS", str(max(1, self.cpus // 2)))
-            os.environ.setdefault("MOOT_LLAMA_BATCH_THREADS", str(self.cpus))
+            decode, read = default_threads(self.cpus)
+            os.environ.setdefault("MOOT_LLAMA_THREADS", str(decode))
+            os.environ.setdefault("MOOT_LLAMA_BATCH_THREADS", str(read))
         for name, provider in self.providers.items():
             register_provider(name, provider)
         model = self.factory() if self.factory is not None else resolve_model(self.spec)
