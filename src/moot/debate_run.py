@@ -29,8 +29,8 @@ from .models.base import CallStats
 from .prompting import build_messages, render_context
 from .protocol import JudgeSpec, Protocol
 from .schemas import get_output
-from .structured import ask
-from .transcript import DebateResult, Event, EventKind, Persona, Round, Timings, Turn
+from .structured import OnRequest, ask
+from .transcript import DebateResult, Event, EventKind, Persona, RequestRecord, Round, Timings, Turn
 from .turns import cancelled_turn, trim, turn_from
 
 if TYPE_CHECKING:
@@ -296,7 +296,7 @@ class DebateRun:
             output_type=output_type,
             max_tokens=max_tokens,
         )
-        await self.emit("turn_started", round=rnd, speaker=persona.key)
+        await self.emit("turn_started", round=rnd, speaker=persona.key, phase=phase)
         retries: list[str] = []
 
         def on_retry(attempt: int, err: ModelError, wait: float) -> None:
@@ -317,6 +317,7 @@ class DebateRun:
                 on_retry=on_retry,
                 stats=stats,
                 validation_context={"topic": self.topic},
+                on_request=self._request_events(persona.key, rnd, phase) if self.on_event else None,
             )
         except asyncio.CancelledError:
             # The run stopped (deadline, a sibling's fallback) with this call in flight: keep the
@@ -336,6 +337,14 @@ class DebateRun:
             )
             await self.emit("error", round=rnd, speaker=persona.key, message=turn.error)
         return turn
+
+    def _request_events(self, speaker: str, rnd: int, phase: str) -> OnRequest:
+        """``model_request`` events for one turn's requests (only built when someone listens)."""
+
+        async def on_request(record: RequestRecord) -> None:
+            await self.emit("model_request", round=rnd, speaker=speaker, phase=phase, request=record)
+
+        return on_request
 
     def _account(self, turn: Turn) -> None:
         self.result.usage = self.result.usage + turn.usage

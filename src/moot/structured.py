@@ -10,21 +10,26 @@ guessed or filled in.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import ModelError, UsageError
+from .errors import ModelError, ModelHTTPError, UsageError
 from .jsontext import extract_json, parse_partial
 from .models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage
 from .models.retry import RetryPolicy, call_model
+from .transcript import RequestRecord, RetryRecord
 
-__all__ = ["Outcome", "ask", "extract_json", "json_schema", "schema_hint"]
+__all__ = ["OnRequest", "Outcome", "ask", "extract_json", "json_schema", "schema_hint"]
+
+OnRequest = Callable[[RequestRecord], Awaitable[None] | None]
+"""Called by :func:`ask` as each model request ends (answered, invalid or failed); may be async."""
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +162,7 @@ async def ask(
     on_retry: Callable[[int, ModelError, float], None] | None = None,
     stats: CallStats | None = None,
     validation_context: dict[str, Any] | None = None,
+    on_request: OnRequest | None = None,
 ) -> Outcome:
     """Ask ``model`` for one ``output_type`` object; validate, repair once, or fail.
 
@@ -174,6 +180,9 @@ async def ask(
         stats: kept up to date while the call runs (so a cancelled caller knows what was spent).
         validation_context: passed to pydantic as ``context`` (e.g. ``{"topic": ...}`` for
             schemas whose rules depend on the topic); a violation gets the one repair.
+        on_request: called with a :class:`~moot.transcript.RequestRecord` as each request
+            ends (the first, and the repair if one is sent); not for a request cut short by
+            cancellation. None (the default) builds no record.
 
     Returns:
         An Outcome. Backend failures after retries, and unexpected exceptions from
@@ -202,22 +211,31 @@ async def ask(
             seed=seed,
             metadata={**meta, "attempt": attempt},
         )
+        watch = _RequestWatch(model, request, stats, on_retry) if on_request is not None else None
         try:
-            response: ModelResponse = await call_model(model, request, retry, on_retry=on_retry, stats=stats)
+            response: ModelResponse = await call_model(
+                model, request, retry, on_retry=watch.on_retry if watch else on_retry, stats=stats
+            )
         except ModelError as exc:
             out.error, out.exception = f"{type(exc).__name__}: {exc}", exc
+            if watch is not None:
+                await _report(on_request, watch.record(None, type(exc).__name__))
             break
         except UsageError:
             raise
         except Exception as exc:  # noqa: BLE001 - a backend bug must fail this turn, not vanish
             logger.exception("%s raised an unexpected %s", model.name, type(exc).__name__)
             out.error, out.exception = f"unexpected {type(exc).__name__} from {model.name}: {exc}", exc
+            if watch is not None:
+                await _report(on_request, watch.record(None, type(exc).__name__))
             break
         out.raw, out.finish_reason, out.model = response.text, response.finish_reason, response.model
         stats.raw, stats.error = response.text, None
         value, error, trimmed = _validate(
             output_type, response.text, response.finish_reason, validation_context
         )
+        if watch is not None:
+            await _report(on_request, watch.record(response, None if value is not None else "invalid_output"))
         if value is not None:
             out.value, out.error, out.repaired, out.trimmed = value, None, attempt == 1, trimmed
             break
@@ -240,3 +258,65 @@ async def ask(
     out.queue_ms = stats.queue_s * 1000
     out.latency_ms = (time.perf_counter() - started) * 1000 - out.queue_ms
     return out
+
+
+class _RequestWatch:
+    """What one request did, gathered for :class:`~moot.transcript.RequestRecord` (only when asked)."""
+
+    def __init__(
+        self,
+        model: Model,
+        request: ModelRequest,
+        stats: CallStats,
+        on_retry: Callable[[int, ModelError, float], None] | None,
+    ) -> None:
+        self.model, self.request, self.stats, self._on_retry = model, request, stats, on_retry
+        self.started = time.time()
+        u = stats.usage
+        self._before = (u.calls, u.prompt_tokens, u.completion_tokens, u.attempts)
+        self.retries: list[RetryRecord] = []
+
+    def on_retry(self, attempt: int, err: ModelError, wait: float) -> None:
+        status = err.status_code if isinstance(err, ModelHTTPError) else None
+        self.retries.append(
+            RetryRecord.model_construct(
+                time=time.time(), error_kind=type(err).__name__, status=status, wait_s=wait
+            )
+        )
+        if self._on_retry is not None:
+            self._on_retry(attempt, err, wait)
+
+    def record(self, response: ModelResponse | None, error_kind: str | None) -> RequestRecord:
+        u, (calls, prompt, completion, attempts) = self.stats.usage, self._before
+        req = self.request
+        endpoint = getattr(self.model, "base_url", None)
+        return RequestRecord.model_construct(
+            model=self.model.name,
+            response_model=response.model if response is not None else "",
+            attempt=int(req.metadata.get("attempt", 0)),
+            started=self.started,
+            ended=time.time(),
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            output=req.schema_name,
+            usage=Usage.model_construct(
+                calls=u.calls - calls,
+                prompt_tokens=u.prompt_tokens - prompt,
+                completion_tokens=u.completion_tokens - completion,
+                attempts=u.attempts - attempts,
+            ),
+            finish_reason=response.finish_reason if response is not None else None,
+            error_kind=error_kind,
+            retries=self.retries,
+            endpoint=endpoint if isinstance(endpoint, str) else None,
+            messages=req.messages,
+            reply=response.text if response is not None else None,
+        )
+
+
+async def _report(on_request: OnRequest | None, record: RequestRecord) -> None:
+    if on_request is None:
+        return
+    out = on_request(record)
+    if inspect.isawaitable(out):
+        await out

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .models._spec import spec_from_mapping
-from .models.base import Usage
+from .models.base import Message, Usage
 
 __all__ = [
     "Decision",
@@ -19,6 +19,8 @@ __all__ = [
     "Event",
     "EventKind",
     "Persona",
+    "RequestRecord",
+    "RetryRecord",
     "Round",
     "Timings",
     "Turn",
@@ -225,6 +227,61 @@ class DebateResult(BaseModel):
         return out
 
 
+class RetryRecord(BaseModel):
+    """One transient failure of a model request that was retried (see :class:`RequestRecord`)."""
+
+    time: float
+    """Unix time the failure was seen (the wait starts then)."""
+    error_kind: str
+    """The error's class name, e.g. ``ModelHTTPError``."""
+    status: int | None = None
+    """The HTTP status, when the server answered."""
+    wait_s: float = 0.0
+    """Seconds waited before the next attempt."""
+
+
+class RequestRecord(BaseModel):
+    """One model request as a turn made it: the payload of a ``model_request`` event.
+
+    A turn makes one request, or two when its first answer did not match the schema and the
+    repair request was sent (``attempt`` 1). Transient failures retried inside one request
+    are its ``retries``. ``messages`` and ``reply`` are the request's text: they are kept in
+    memory for subscribers (a tracer with content capture on) and never serialised.
+    """
+
+    model: str
+    """The requested model (its ``provider:model`` spec name)."""
+    response_model: str = ""
+    """The model the backend says answered ("" when it failed)."""
+    attempt: int = 0
+    """0 for the turn's first request, 1 for its repair request."""
+    started: float = 0.0
+    """Unix time the request was made (before waiting for the model's concurrency gate)."""
+    ended: float = 0.0
+    """Unix time the answer, or the final failure, came back."""
+    max_tokens: int | None = None
+    """The generation cap sent."""
+    temperature: float | None = None
+    """The sampling temperature sent (None: the backend's default)."""
+    output: str = ""
+    """The name of the schema the reply must match."""
+    usage: Usage = Field(default_factory=Usage)
+    """What this request cost (``attempts`` counts its retries)."""
+    finish_reason: str | None = None
+    """Why generation stopped (``stop``, ``length``...), when it answered."""
+    error_kind: str | None = None
+    """The failure: an exception class name, or ``invalid_output`` when the answer did not
+    match the schema; None when the answer was valid."""
+    retries: list[RetryRecord] = Field(default_factory=list)
+    """Transient failures retried within this request."""
+    endpoint: str | None = None
+    """The backend's base URL, if it has one (subscribers show only host and port)."""
+    messages: list[Message] = Field(default_factory=list, exclude=True)
+    """The messages sent (in memory only: never serialised)."""
+    reply: str | None = Field(None, exclude=True)
+    """The text received (in memory only: never serialised)."""
+
+
 EventKind = Literal[
     "debate_started",
     "turn_started",
@@ -232,6 +289,7 @@ EventKind = Literal[
     "round_completed",
     "judge_completed",
     "debate_completed",
+    "model_request",
     "retry",
     "error",
 ]
@@ -250,9 +308,13 @@ class Event(BaseModel):
     """The round, where it applies."""
     speaker: str | None = None
     """The speaker, where it applies."""
+    phase: str | None = None
+    """``turn``, ``moderator`` or ``judge`` (turn_started, model_request)."""
     turn: Turn | None = None
     """The completed turn (turn_completed, judge_completed)."""
     result: DebateResult | None = None
     """The final result (debate_completed)."""
     message: str | None = None
     """Human-readable detail (errors, retries)."""
+    request: RequestRecord | None = None
+    """The model request that ended (model_request): one per request a turn sent."""
