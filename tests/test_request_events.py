@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
+from engine_helpers import ans
 from moot import Debate, FunctionModel, ModelRequest, ScriptedModel
 from moot.errors import ModelHTTPError
 from moot.transcript import Event
-
-from engine_helpers import ans
 
 
 def _synth(text: str) -> dict[str, object]:
