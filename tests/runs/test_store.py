@@ -316,3 +316,82 @@ def test_a_version_1_store_is_migrated_in_place_with_its_runs(tmp_path: Path) ->
         assert store.counts("ab12cd34") == (2, 0)
     with RunStore(path, must_exist=True) as again:  # reopening changes nothing
         assert again.schema_version == SCHEMA_VERSION
+
+
+def _version_2_store(path: Path) -> None:
+    from moot.runs.store import MIGRATIONS
+
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    for number in (1, 2):
+        for statement in MIGRATIONS[number]:
+            db.execute(statement)
+        db.execute("INSERT INTO schema_version VALUES (?)", (number,))
+    db.execute(
+        "INSERT INTO runs (id, kind, status, title, started_at) "
+        "VALUES ('ab12cd34', 'run', 'complete', 'Tea?', 1)"
+    )
+    turn = {"turn": {"content": {"message": "Oolong\nsteeps longer than sencha"}}}
+    db.execute("INSERT INTO events VALUES ('ab12cd34', 1, 1.0, 'turn_completed', ?)", (json.dumps(turn),))
+    db.commit()
+    db.close()
+
+
+def test_search_finds_words_inside_turns_items_and_titles_and_forgets_deleted_runs(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    a = store.create_run("run", title="Is tea good?")
+    store.append_event(
+        a, 1, "turn_completed", json.dumps({"turn": {"content": {"message": "Café\nculture"}}})
+    )
+    b = store.create_run("bench", title="arithmetic")
+    store.put_item(b, "arithmetic-1", "vote:3", json.dumps({"rounds": [[{"text": "carry the seven"}]]}))
+    assert [r.id for r in store.list(search="culture")] == [a]  # after a newline in the JSON text
+    assert [r.id for r in store.list(search="cafe tea")] == [
+        a
+    ]  # words of the title and a turn, accents folded
+    assert [r.id for r in store.list(search="seven arith")] == [b]  # an item's text; word prefixes
+    assert store.list(search="tea seven") == [] and store.count(search="tea seven") == 0
+    assert store.list(search="speaker") == []  # JSON keys are not text
+    store.update(b, title="arithmetic · single, vote:3 · n=6")
+    assert [r.id for r in store.list(search="vote")] == [b]
+    store.delete(a)
+    assert store._execute("SELECT COUNT(*) FROM search WHERE run_id = ?", (a,)).fetchone()[0] == 0
+
+
+def test_paging_with_a_total(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    ids = [store.create_run("run", title=f"topic {i}", model="m") for i in range(7)]
+    newest_first = [r.id for r in store.list()]
+    assert sorted(newest_first) == sorted(ids)
+    assert [r.id for r in store.list(limit=3, offset=3)] == newest_first[3:6]
+    assert [r.id for r in store.list(offset=5)] == newest_first[5:]
+    assert store.count() == 7 and store.count(kind="bench") == 0
+    store.update(ids[0], status="complete")
+    assert store.count(status="running") == 6 and len(store.list(status="running", limit=2, offset=5)) == 1
+    assert store.models() == ["m"]
+
+
+def test_an_older_store_is_indexed_on_first_open_even_by_a_reader(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    _version_2_store(path)
+    with RunStore(path, must_exist=True) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert [r.id for r in store.list(search="sencha")] == ["ab12cd34"]
+
+
+def test_a_read_only_older_store_is_read_as_it_is_with_title_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.db"
+    _version_2_store(path)
+
+    def refused(self: RunStore) -> None:  # what SQLite says for a file this process may not write
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(RunStore, "_upgrade", refused)
+    with RunStore(path, must_exist=True) as store:
+        assert store.schema_version == 2
+        assert [r.id for r in store.list(search="tea")] == ["ab12cd34"]
+        assert store.list(search="sencha") == []
+    with pytest.raises(UsageError, match="not a usable run store"):
+        RunStore(path)  # a writer must upgrade

@@ -18,6 +18,17 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "RunRecord", "RunStatus", "StoredEven
 
 RunStatus = Literal["running", "complete", "fell_back", "failed", "interrupted"]
 
+_TOKENIZER = "unicode61 remove_diacritics 2"
+_INDEX_NEW = (
+    "INSERT INTO search (run_id, body) SELECT new.run_id, group_concat(value, ' ') "
+    "FROM json_tree(new.data) WHERE type = 'text' HAVING count(*) > 0"
+)
+_INDEX_ALL = (
+    "INSERT INTO search (run_id, body) SELECT run_id, body FROM "
+    "(SELECT run_id, (SELECT group_concat(value, ' ') FROM json_tree(data) WHERE type = 'text') AS body "
+    "FROM {table}) WHERE body IS NOT NULL"
+)
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE runs (
@@ -76,6 +87,23 @@ MIGRATIONS: dict[int, list[str]] = {
         "SELECT run_id, seq, time, kind, data FROM events",
         "DROP TABLE events",
         "ALTER TABLE events_v2 RENAME TO events",
+    ],
+    # v3: full-text search over what a run says. One FTS5 table holds, per run, its title and the
+    # string values of each event and item (json_tree: unescaped text, no keys); triggers keep it up
+    # to date whoever writes (an older moot too), and the last statements index what the file held.
+    3: [
+        f"CREATE VIRTUAL TABLE search USING fts5(run_id, body, tokenize = '{_TOKENIZER}')",
+        "CREATE TRIGGER search_run AFTER INSERT ON runs BEGIN "
+        "INSERT INTO search (run_id, body) VALUES (new.id, new.title); END",
+        "CREATE TRIGGER search_title AFTER UPDATE OF title ON runs WHEN new.title <> old.title BEGIN "
+        "INSERT INTO search (run_id, body) VALUES (new.id, new.title); END",
+        f"CREATE TRIGGER search_event AFTER INSERT ON events BEGIN {_INDEX_NEW}; END",
+        f"CREATE TRIGGER search_item AFTER INSERT ON items BEGIN {_INDEX_NEW}; END",
+        "CREATE TRIGGER search_forget AFTER DELETE ON runs BEGIN "
+        "DELETE FROM search WHERE search MATCH 'run_id : \"' || old.id || '\"'; END",
+        "INSERT INTO search (run_id, body) SELECT id, title FROM runs",
+        _INDEX_ALL.format(table="events"),
+        _INDEX_ALL.format(table="items"),
     ],
 }
 """Schema version -> the statements that bring version ``n - 1`` to ``n``."""

@@ -34,6 +34,7 @@ import asyncio
 import builtins
 import json
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -69,6 +70,9 @@ _GATHER_S = 0.01
 """How long writes made in an event loop gather before they are committed together."""
 
 _HOST = socket.gethostname()
+_LIVE = ("running", "interrupted")
+"""Statuses that depend on whether the run's process is alive (checked when read)."""
+_WORD = re.compile(r"\w+")
 
 
 def default_store_path(store: str | Path | None = None) -> Path:
@@ -103,8 +107,9 @@ class RunStore:
     Args:
         path: the SQLite file (its folder is created).
         background: gather writes made in an event loop for 10 ms and commit them together.
-        must_exist: a missing file is an error instead of a new store, and an older schema is read
-            as is, not migrated (for viewers and ``moot runs``).
+        must_exist: a missing file is an error instead of a new store (for viewers and ``moot runs``);
+            an older schema is upgraded all the same (its search index built), unless the file
+            cannot be written: then it is read as it is.
 
     Raises:
         UsageError: the file is not a moot store, or was written by a newer moot.
@@ -117,6 +122,7 @@ class RunStore:
         if not must_exist:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._search: bool | None = None
         try:
             self._db = sqlite3.connect(
                 str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
@@ -218,8 +224,17 @@ class RunStore:
                 f"{self.path} has store schema {version}; this moot reads up to {SCHEMA_VERSION}: "
                 "upgrade moot"
             )
-        if version == SCHEMA_VERSION or must_exist:
+        if version == SCHEMA_VERSION:
             return
+        try:
+            self._upgrade()
+        except sqlite3.OperationalError:
+            if not must_exist:
+                raise
+            # A store this process may not write (read-only file or folder): read it as it is;
+            # search then looks at titles only.
+
+    def _upgrade(self) -> None:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it done
             try:
@@ -427,6 +442,38 @@ class RunStore:
         row = self._execute(f"SELECT {_LIST_COLUMNS}, result FROM runs WHERE id = ?", (full,)).fetchone()
         return self._record(row, True)
 
+    def _where(
+        self, kind: str | None, status: str | None, model: str | None, search: str | None
+    ) -> tuple[str, builtins.list[Any]]:
+        """The WHERE clause (with its leading keyword, or empty) and parameters for these filters."""
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if kind:
+            where.append("kind = ?")
+            params.append(kind)
+        if status:  # a dead process's `running` run reads as interrupted: both checked again in Python
+            where.append("status IN ('running', 'interrupted')" if status in _LIVE else "status = ?")
+            params.extend([] if status in _LIVE else [status])
+        if model:
+            where.append("instr(lower(model), ?) > 0")
+            params.append(model.lower())
+        words = _WORD.findall((search or "").lower())
+        if words and self._has_search():
+            # Every word (as a word prefix) somewhere in the run: its title, an event or an item.
+            match = " INTERSECT ".join(["SELECT run_id FROM search WHERE search MATCH ?"] * len(words))
+            where.append(f"id IN ({match})")
+            params.extend(f'body : "{w}"*' for w in words)
+        elif words:  # a store read as it is, without the index: titles only
+            where.extend(["instr(lower(title), ?) > 0"] * len(words))
+            params.extend(words)
+        return (" WHERE " + " AND ".join(where)) if where else "", params
+
+    def _has_search(self) -> bool:
+        if self._search is None:
+            row = self._execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search'")
+            self._search = row.fetchone() is not None
+        return self._search
+
     def list(
         self,
         *,
@@ -435,36 +482,56 @@ class RunStore:
         model: str | None = None,
         search: str | None = None,
         limit: int | None = None,
+        offset: int = 0,
         sort: Literal["time", "cost", "score"] = "time",
     ) -> builtins.list[RunRecord]:
         """Runs, newest first (or by cost or score, highest first), without their results.
 
-        ``model`` and ``search`` match substrings (of the model spec, of the title).
+        ``model`` matches a substring of the model spec; ``search`` finds runs holding every word
+        of it (as a word or a word's start) in their title, turns, prompts or items. ``limit``
+        and ``offset`` page through the runs (:meth:`count` says how many match).
         """
-        where: list[str] = []
-        params: list[Any] = []
-        for column, value in (("kind", kind), ("model", model), ("title", search)):
-            if value:
-                if column == "kind":
-                    where.append("kind = ?")
-                    params.append(value)
-                else:
-                    where.append(f"instr(lower({column}), ?) > 0")
-                    params.append(value.lower())
+        where, params = self._where(kind, status, model, search)
         order = {
             "time": "started_at DESC",
             "cost": "(prompt_tokens + completion_tokens) DESC, started_at DESC",
             "score": "score IS NULL, score DESC, started_at DESC",
         }[sort]
-        sql = f"SELECT {_LIST_COLUMNS} FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {order}"
-        rows = self._execute(sql, params).fetchall()
-        runs = [self._record(row, False) for row in rows]
-        if status:  # after the liveness check, so `--status interrupted` finds killed runs
+        sql = f"SELECT {_LIST_COLUMNS} FROM runs{where} ORDER BY {order}"
+        if status in _LIVE:  # few rows, filtered after the liveness check: page in Python
+            runs = [
+                r for r in map(self._record_row, self._execute(sql, params).fetchall()) if r.status == status
+            ]
+            return runs[offset : None if limit is None else offset + limit]
+        if limit is not None or offset:
+            sql += " LIMIT ? OFFSET ?"
+            params += [-1 if limit is None else limit, offset]
+        runs = [self._record_row(row) for row in self._execute(sql, params).fetchall()]
+        if status:
             runs = [r for r in runs if r.status == status]
-        return runs[:limit] if limit is not None else runs
+        return runs
+
+    def count(
+        self,
+        *,
+        kind: str | None = None,
+        status: str | None = None,
+        model: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        """How many runs :meth:`list` finds with these filters (every page together)."""
+        if status in _LIVE:
+            return len(self.list(kind=kind, status=status, model=model, search=search))
+        where, params = self._where(kind, status, model, search)
+        return int(self._execute(f"SELECT COUNT(*) FROM runs{where}", params).fetchone()[0])
+
+    def models(self) -> builtins.list[str]:
+        """Every model spec a run recorded, sorted."""
+        rows = self._execute("SELECT DISTINCT model FROM runs ORDER BY model").fetchall()
+        return [str(m) for (m,) in rows]
+
+    def _record_row(self, row: tuple[Any, ...]) -> RunRecord:
+        return self._record(row, False)
 
     def events(self, run_id: str, *, after: int = 0) -> builtins.list[StoredEvent]:
         """The run's events with ``seq > after``, in order."""
