@@ -9,7 +9,8 @@ per speaker, the moderator closing each round with a conditional edge (conclude 
 confidence exceeds 0.8 or after the last round), a confidence-weighted decision at the
 end. ``--extended`` swaps in ``adversarial-extended`` (proponent, opponent, advocate and
 critic in parallel, then the refiner, then the moderator; up to 3 rounds). The parent
-shares the keys ``topic``, ``context``, ``on_event`` and ``result`` with the subgraph.
+shares the keys ``topic``, ``context`` and ``result`` with the subgraph; every key holds
+plain data, so the parent compiles with any checkpointer.
 
 Run it (``pip install 'moot[langgraph]'``)::
 
@@ -24,19 +25,18 @@ from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from moot import DebateResult, Event, EventCallback, Model
+from moot import DebateResult, EventCallback, Model
 from moot.integrations.langgraph import build_debate_graph
 
 
 class ParentState(TypedDict, total=False):
-    """The parent graph's state; ``topic``/``context``/``on_event``/``result`` are the subgraph's keys."""
+    """The parent graph's state; ``topic``/``context``/``result`` are the subgraph's keys."""
 
     claim: str
     evidence: list[str]
     topic: str
     context: Any
-    on_event: EventCallback | None
-    result: DebateResult
+    result: dict[str, Any]
     report: str
 
 
@@ -47,7 +47,7 @@ async def frame(state: ParentState) -> dict[str, Any]:
 
 async def report(state: ParentState) -> dict[str, Any]:
     """Summarise the debate's outcome."""
-    result = state["result"]
+    result = DebateResult.model_validate(state["result"])
     decision = result.decision
     verdict = f"{decision.label} (confidence {decision.confidence:.2f})" if decision else result.final_answer
     rounds = f"{len(result.rounds)} round(s){', stopped early' if result.stopped_early else ''}"
@@ -57,32 +57,39 @@ async def report(state: ParentState) -> dict[str, Any]:
     return {"report": "\n".join(lines)}
 
 
-def build_parent(model: str | Model | None = "local", *, protocol: str = "adversarial") -> Any:
+def build_parent(
+    model: str | Model | None = "local",
+    *,
+    protocol: str = "adversarial",
+    on_event: EventCallback | None = None,
+    checkpointer: Any = None,
+) -> Any:
     """Compile the parent graph with the debate subgraph as its ``debate`` node.
 
     Args:
         model: model spec or instance for every debate participant.
         protocol: ``adversarial`` or ``adversarial-extended``.
+        on_event: called with every engine event (the custom stream has them too).
+        checkpointer: any LangGraph checkpointer (the state is plain data).
 
     Returns:
         The compiled parent graph; invoke it with ``{"claim": ..., "evidence": [...]}``.
     """
     graph = StateGraph(ParentState)
     graph.add_node("frame", frame)
-    graph.add_node("debate", build_debate_graph(protocol, model=model))
+    graph.add_node("debate", build_debate_graph(protocol, model=model, on_event=on_event))
     graph.add_node("report", report)
     graph.add_edge(START, "frame")
     graph.add_edge("frame", "debate")
     graph.add_edge("debate", "report")
     graph.add_edge("report", END)
-    return graph.compile()
+    return graph.compile(checkpointer=checkpointer)
 
 
-def _print_event(event: Event) -> None:
-    if event.kind == "turn_completed" and event.turn is not None:
-        print(f"  round {event.round} {event.speaker}: {event.turn.text[:100]}")
-    elif event.kind == "judge_completed" and event.turn is not None:
-        print(f"  round {event.round} {event.speaker}: confidence {event.turn.get('confidence')}")
+def _print_event(event: dict[str, Any]) -> None:
+    """One event of LangGraph's custom stream (moot writes every engine event there)."""
+    if event.get("type") == "turn_completed":
+        print(f"  round {event['round']} {event['speaker']}: {event['text'][:100]}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -93,8 +100,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--extended", action="store_true", help="use adversarial-extended")
     args = parser.parse_args(argv)
     parent = build_parent(args.model, protocol="adversarial-extended" if args.extended else "adversarial")
-    state = asyncio.run(parent.ainvoke({"claim": args.claim, "on_event": _print_event}))
-    print(state["report"])
+
+    async def run() -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        inputs = {"claim": args.claim}
+        async for namespace, mode, chunk in parent.astream(
+            inputs, stream_mode=["custom", "values"], subgraphs=True
+        ):
+            if mode == "custom":
+                _print_event(chunk)
+            elif not namespace:  # the parent's own state
+                state = chunk
+        return state
+
+    print(asyncio.run(run())["report"])
 
 
 if __name__ == "__main__":

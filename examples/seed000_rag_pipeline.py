@@ -55,7 +55,7 @@ class PipelineState(TypedDict, total=False):
     chunks: list[dict[str, str]]
     initial_answer: str
     answer: str
-    debate: DebateResult
+    debate: dict[str, Any]
     answer_source: str
 
 
@@ -79,21 +79,24 @@ async def compose(state: PipelineState) -> dict[str, Any]:
 async def finalize(state: PipelineState) -> dict[str, Any]:
     """Pick the answer to return and record where it came from."""
     result = state.get("debate")
-    if result is None or result.skipped:
+    if result is None or result["skipped"]:
         source = "initial (debate skipped)"
-    elif result.fallback is not None:
-        source = f"initial (fallback: {result.fallback})"
+    elif result["fallback"] is not None:
+        source = f"initial (fallback: {result['fallback']})"
     else:
         source = "debate"
     return {"answer": state.get("answer") or state["initial_answer"], "answer_source": source}
 
 
-def build_pipeline(model: str | Model | None = "local", *, overrides: dict[str, Any] | None = None) -> Any:
+def build_pipeline(
+    model: str | Model | None = "local", *, overrides: dict[str, Any] | None = None, checkpointer: Any = None
+) -> Any:
     """Compile the pipeline.
 
     Args:
         model: model spec or instance for the debate.
         overrides: protocol overrides for the ``answer`` preset (``timeout``, ``retry``...).
+        checkpointer: any LangGraph checkpointer (the state is plain data).
 
     Returns:
         The compiled graph; invoke it with ``{"query": ..., "debate_mode": bool}``.
@@ -117,7 +120,7 @@ def build_pipeline(model: str | Model | None = "local", *, overrides: dict[str, 
     graph.add_edge("compose", "debate")
     graph.add_edge("debate", "finalize")
     graph.add_edge("finalize", END)
-    return graph.compile()
+    return graph.compile(checkpointer=checkpointer)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     pipeline = build_pipeline(args.model)
     state = asyncio.run(pipeline.ainvoke({"query": args.query, "debate_mode": not args.no_debate}))
     print(f"answer ({state['answer_source']}):\n{state['answer']}")
-    result: DebateResult = state["debate"]
+    result = DebateResult.model_validate(state["debate"])
     print(f"\n{result.usage.calls} model calls, {result.timings.wall_ms:.0f} ms")
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -99,17 +100,11 @@ def both_ways(
     engine = Debate(protocol, model=engine_model).run_sync(
         "Remote work raises productivity.", on_event=lambda e: engine_events.append(e.kind), **inputs
     )
-    graph = build_debate_graph(protocol, model=graph_model)
-    out = run_graph(
-        graph,
-        {
-            "topic": "Remote work raises productivity.",
-            "on_event": lambda e: graph_events.append(e.kind),
-            **inputs,
-        },
-    )
+    graph = build_debate_graph(protocol, model=graph_model, on_event=lambda e: graph_events.append(e.kind))
+    out = run_graph(graph, {"topic": "Remote work raises productivity.", **inputs})
     assert set(out) == {"result"}
-    return engine, engine_model, engine_events, out["result"], graph_model, graph_events
+    result = DebateResult.model_validate(out["result"])
+    return engine, engine_model, engine_events, result, graph_model, graph_events
 
 
 # -- build_debate_graph -----------------------------------------------------------------------------
@@ -208,7 +203,9 @@ def test_subgraph_answer_preset_timeout_falls_back_to_initial_answer() -> None:
 
     model = FunctionModel(slow)
     graph = build_debate_graph({"extends": "answer", "timeout": 0.05}, model=model)
-    result = run_graph(graph, {"topic": "Q?", "initial_answer": "from compose"})["result"]
+    result = DebateResult.model_validate(
+        run_graph(graph, {"topic": "Q?", "initial_answer": "from compose"})["result"]
+    )
     assert result.final_answer == "from compose"
     assert result.fallback == "timeout: the debate exceeded 0.05 s"
     assert result.timings.wall_ms < 2000 and len(model.requests) == 2
@@ -231,14 +228,14 @@ def test_subgraph_debate_mode_false_skips_without_calls() -> None:
         build_debate_graph("adversarial", model=model),
         {"topic": "X", "debate_mode": False, "initial_answer": "k"},
     )
-    assert out["result"].skipped and out["result"].final_answer == "k" and model.requests == []
+    assert out["result"]["skipped"] and out["result"]["final_answer"] == "k" and model.requests == []
 
 
 def test_subgraph_skips_when_the_protocol_is_disabled() -> None:
     model = ScriptedModel([])
     graph = build_debate_graph({"extends": "adversarial", "enabled": False}, model=model)
     out = run_graph(graph, {"topic": "X", "initial_answer": "k"})
-    assert out["result"].skipped and out["result"].final_answer == "k" and model.requests == []
+    assert out["result"]["skipped"] and out["result"]["final_answer"] == "k" and model.requests == []
 
 
 def test_subgraph_rejects_empty_topic_and_reports_missing_langgraph(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,18 +255,14 @@ def test_adversarial_subgraph_example_inside_a_parent_graph(subgraph_example: Mo
         }
     )
     events: list[Event] = []
-    parent = subgraph_example.build_parent(model)
-    state = {
-        "claim": " Remote work raises productivity. ",
-        "evidence": ["study-2021"],
-        "on_event": events.append,
-    }
+    parent = subgraph_example.build_parent(model, on_event=events.append)
+    state = {"claim": " Remote work raises productivity. ", "evidence": ["study-2021"]}
     out = run_graph(parent, state)
     assert speakers(model) == ["proponent", "opponent", "moderator"]
     assert out["topic"] == "Remote work raises productivity."
-    assert out["result"].stopped_early and out["report"].startswith("verdict: SUPPORT")
+    assert out["result"]["stopped_early"] and out["report"].startswith("verdict: SUPPORT")
     assert "1 round(s), stopped early, 3 model calls" in out["report"]
-    assert "run" not in out and "round" not in out  # the subgraph's internals stay inside it
+    assert "turns" not in out and "round" not in out  # the subgraph's internals stay inside it
     assert "study-2021" in prompt_of(model.requests[0])  # the parent's context reached it
     assert [e.kind for e in events][-1] == "debate_completed"
 
@@ -300,13 +293,13 @@ def test_seed000_pipeline_runs_the_answer_debate(seed000: ModuleType) -> None:
     assert out["answer"] == "Rayleigh scattering, synthesized." and out["answer_source"] == "debate"
     assert out["initial_answer"].endswith("[physics-101]")
     assert "physics-101" in prompt_of(model.requests[0])  # retrieved chunks are the context
-    assert isinstance(out["debate"], DebateResult)
+    assert DebateResult.model_validate(out["debate"]).id == out["debate"]["id"]
 
 
 def test_seed000_debate_mode_false_skips_the_step(seed000: ModuleType) -> None:
     model = ScriptedModel([])
     out = run_graph(seed000.build_pipeline(model), {"query": "Why is the sky blue?", "debate_mode": False})
-    assert model.requests == [] and out["debate"].skipped and out["debate"].usage.calls == 0
+    assert model.requests == [] and out["debate"]["skipped"] and out["debate"]["usage"]["calls"] == 0
     assert out["answer"] == out["initial_answer"] and out["answer_source"] == "initial (debate skipped)"
 
 
@@ -321,7 +314,7 @@ def test_seed000_backend_failure_falls_back_to_initial_answer(seed000: ModuleTyp
     pipeline = seed000.build_pipeline(model, overrides={"retry": {"max_retries": 1, "base_delay": 0}})
     out = run_graph(pipeline, {"query": "Why is the sky blue?", "debate_mode": True})
     assert out["answer"] == out["initial_answer"]
-    assert out["debate"].fallback.startswith("turn failed:") and "HTTP 500" in out["debate"].fallback
+    assert out["debate"]["fallback"].startswith("turn failed:") and "HTTP 500" in out["debate"]["fallback"]
     assert out["answer_source"].startswith("initial (fallback: turn failed")
     assert all(r.metadata["round"] == 1 for r in model.requests)  # nothing after round 1
 
@@ -336,7 +329,7 @@ def test_seed000_timeout_falls_back_to_initial_answer(seed000: ModuleType) -> No
         seed000.build_pipeline(model, overrides={"timeout": 0.05}), {"query": "Why?", "debate_mode": True}
     )
     assert out["answer"] == out["initial_answer"]
-    assert out["debate"].fallback == "timeout: the debate exceeded 0.05 s"
+    assert out["debate"]["fallback"] == "timeout: the debate exceeded 0.05 s"
 
 
 def test_seed000_main(
@@ -425,3 +418,113 @@ def test_seed004_main(
     seed004.main([])
     printed = capsys.readouterr().out
     assert "[debate] complete in" in printed and "Debate consensus" in printed
+
+
+# -- plain-data state, the custom stream, faults through the LangGraph doors -------------------------
+class Pipeline(TypedDict, total=False):
+    query: str
+    answer: str
+    debate: dict[str, Any]
+
+
+def answer_pipeline(model: Any, checkpointer: Any = None, **overrides: Any) -> Any:
+    """Issue 20's pipeline: the debate reads and writes the same ``answer`` key."""
+    from langgraph.graph import END, START, StateGraph
+
+    graph = StateGraph(Pipeline)
+    node = debate_node(
+        Debate({"extends": "answer", **overrides}, model=model),
+        topic_key="query",
+        initial_answer_key="answer",
+        answer_key="answer",
+    )
+    graph.add_node("debate", node)
+    graph.add_edge(START, "debate")
+    graph.add_edge("debate", END)
+    return graph.compile(checkpointer=checkpointer)
+
+
+def stream(graph: Any, state: Any, config: Any = None, **kw: Any) -> tuple[list[Any], list[Any]]:
+    """Run ``graph`` through ``astream``: (custom events, update chunks)."""
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        custom, updates = [], []
+        async for chunk in graph.astream(state, config, stream_mode=["custom", "updates"], **kw):
+            *_, mode, data = chunk
+            (custom if mode == "custom" else updates).append(data)
+        return custom, updates
+
+    return asyncio.run(go())
+
+
+def test_node_streams_every_engine_event_and_checkpoints_plain_json() -> None:
+    from langgraph.checkpoint.memory import MemorySaver
+
+    saver = MemorySaver()
+    graph = answer_pipeline(ScriptedModel(answer_script()), saver)
+    config = {"configurable": {"thread_id": "1"}}
+    custom, _ = stream(graph, {"query": "Why is the sky blue?", "answer": "initial"}, config)
+    kinds = [e["type"] for e in custom]
+    assert kinds.count("turn_started") == 5 and kinds.count("turn_completed") == 4
+    assert kinds.count("verdict") == 1 and kinds[0] == "debate_started" and kinds[-1] == "debate_completed"
+    assert all(e["source"] == "moot" for e in custom)
+    verdict = next(e for e in custom if e["type"] == "verdict")
+    assert verdict["text"] == "Rayleigh scattering, synthesized." and verdict["usage"]["calls"] == 1
+    values = asyncio.run(graph.aget_state(config)).values
+    assert json.loads(json.dumps(values)) == values  # plain data: nothing a checkpoint cannot hold
+    assert values["answer"] == "Rayleigh scattering, synthesized."
+    assert values["debate"]["id"] == custom[-1]["run_id"]
+
+
+def test_subgraph_streams_through_a_parent_with_subgraphs_true(subgraph_example: ModuleType) -> None:
+    from langgraph.checkpoint.memory import MemorySaver
+
+    model = ScriptedModel(
+        {"proponent": [arg("p", 0.6)] * 2, "opponent": [arg("o", 0.6)] * 2, "moderator": [mod(0.5)] * 2}
+    )
+    parent = subgraph_example.build_parent(model, checkpointer=MemorySaver())
+    config = {"configurable": {"thread_id": "x"}}
+    custom, _ = stream(parent, {"claim": "Remote work raises productivity."}, config, subgraphs=True)
+    completed = [e for e in custom if e["type"] == "turn_completed"]
+    assert [(e["round"], e["speaker"]) for e in completed] == [
+        (r, s) for r in (1, 2) for s in ("proponent", "opponent", "moderator")
+    ]
+    state = asyncio.run(parent.aget_state(config)).values
+    assert len(DebateResult.model_validate(state["result"]).turns()) == 6
+
+
+def test_node_keeps_the_state_answer_when_the_synthesis_is_blank() -> None:
+    script = answer_script()
+    script["synthesizer"] = [{"final_answer": "   ", "confidence": 0.9}]
+    custom, updates = stream(
+        answer_pipeline(ScriptedModel(script)), {"query": "Q?", "answer": "from compose"}
+    )
+    assert updates[-1]["debate"].get("answer", "from compose") == "from compose"  # never the blank
+    why = next(e for e in custom if e["type"] in ("answer_kept", "fallback"))
+    assert "blank" in why["reason"]
+
+
+def test_node_keeps_the_state_answer_when_the_backend_is_unreachable() -> None:
+    from moot.errors import ModelConnectionError
+
+    async def down(req: ModelRequest) -> str:
+        raise ModelConnectionError("connection refused")
+
+    graph = answer_pipeline(FunctionModel(down), retry={"max_retries": 0})
+    custom, _ = stream(graph, {"query": "Q?", "answer": "from compose"})
+    out = run_graph(graph, {"query": "Q?", "answer": "from compose"})
+    assert out["answer"] == "from compose"
+    fallback = next(e for e in custom if e["type"] == "fallback")
+    assert fallback["reason"].startswith("backend unreachable") and fallback["final_answer"] == "from compose"
+
+
+def test_node_keeps_the_state_answer_at_the_deadline() -> None:
+    async def slow(req: ModelRequest) -> str:
+        await asyncio.sleep(5)
+        return "{}"
+
+    graph = answer_pipeline(FunctionModel(slow), timeout=0.05)
+    custom, _ = stream(graph, {"query": "Q?", "answer": "from compose"})
+    out = run_graph(graph, {"query": "Q?", "answer": "from compose"})
+    assert out["answer"] == "from compose" and out["debate"]["fallback"].startswith("timeout")
+    assert next(e for e in custom if e["type"] == "fallback")["reason"].startswith("timeout")

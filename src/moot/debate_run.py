@@ -136,6 +136,55 @@ class DebateRun:
         await self.emit("debate_started", message=self.topic)
         self.result.rounds.append(Round(number=1))
 
+    def restore(
+        self,
+        turns: list[tuple[Turn, int]],
+        *,
+        rounds: int,
+        fallback: str | None,
+        stopped_early: bool,
+        deadline_s: float | None,
+        elapsed_s: float,
+        started_at: float,
+    ) -> None:
+        """Continue a run begun elsewhere (another process, before a restart) from its finished turns.
+
+        Instead of :meth:`begin`: no event, no model call. ``turns`` pairs each recorded turn with
+        its stage index (moderator and judge turns: any), in the order they finished; ``rounds``
+        is the round in progress. The deadline keeps the time already spent (``elapsed_s``):
+        the time between the stop and the resume does not count.
+        """
+        self._t0 = time.perf_counter() - elapsed_s
+        self.result.timings.started_at = started_at
+        self.result.timings.deadline_s = deadline_s
+        if deadline_s is not None:
+            self._deadline = asyncio.get_running_loop().time() + max(0.0, deadline_s - elapsed_s)
+        self.result.rounds = [Round(number=n) for n in range(1, rounds + 1)]
+        for turn, stage in turns:
+            if turn.phase == "judge":
+                self.result.verdict = turn
+            elif turn.phase == "moderator":
+                self.result.rounds[turn.round - 1].moderator = turn
+            else:
+                self.result.rounds[turn.round - 1].turns.append(turn)
+                self._stage_of[id(turn)] = stage
+            self._account(turn)
+            self._calls_started += turn.usage.attempts
+            if turn.cancelled:
+                self.result.cancelled_turns += 1
+            elif not turn.ok:
+                self.result.failed_turns += 1
+        self.fallback = fallback
+        self.result.stopped_early = stopped_early
+
+    def elapsed_s(self) -> float:
+        """Seconds since :meth:`begin` (restored runs count the time spent before the stop)."""
+        return time.perf_counter() - self._t0 if self._t0 else 0.0
+
+    def stage_of(self, turn: Turn) -> int:
+        """The stage index (into ``protocol.stages()``) a speaker turn was played in (0 otherwise)."""
+        return self._stage_of.get(id(turn), 0)
+
     def current_round(self) -> Round:
         """The round being played."""
         return self.result.rounds[-1]

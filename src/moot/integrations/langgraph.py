@@ -19,26 +19,40 @@ Two ways to put a debate into a LangGraph ``StateGraph``:
   early-stop rule and the aggregation are exactly those of :meth:`Debate.run`, and
   a graph run makes the same model calls in the same order.
 
-The subgraph keeps the live run (models, callbacks, the growing transcript) in its
-state under ``run``, so compile the parent graph **without a checkpointer**: the run
-object is not serialisable. Protocols with many rounds on LangGraph releases older
-than 1.0 (default recursion limit 25) may need ``config={"recursion_limit": ...}``.
+Both keep the graph state plain JSON data, so a graph runs under any checkpointer
+(``MemorySaver``, ``AsyncSqliteSaver``, the Agent Server's) and with
+``LANGGRAPH_STRICT_MSGPACK=true``: the node writes the result as a dict
+(``DebateResult.model_validate(state[output_key])`` gives the object back); the subgraph
+keeps each finished turn as a dict under ``turns`` and the live engine run (models,
+callbacks) outside the state, keyed by the run's id. A subgraph run stopped between turns
+(a killed process, a restarted server) resumes on the same thread from its last
+finished turn, and sends only the remaining requests.
+
+Every engine event goes to LangGraph's custom stream as a small JSON dict (the table in
+:mod:`moot.integrations._lg_stream`); read it with ``stream_mode="custom"`` (and
+``subgraphs=True`` for a nested graph).
+
+Protocols with many rounds on LangGraph releases older than 1.0 (default recursion limit
+25) may need ``config={"recursion_limit": ...}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import time
 import typing
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Required, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Required, TypedDict
 
 from ..engine import Debate, DebateRun, EventCallback
 from ..errors import MissingDependencyError, UsageError
 from ..models import Model
 from ..protocol import Protocol
-from ..transcript import DebateResult
+from ..transcript import DebateResult, Event, Turn
+from . import _lg_stream
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -68,6 +82,29 @@ class NodeFunction(typing.Protocol):
 
 
 ProtocolSpec = Protocol | str | Path | dict[str, Any]
+
+
+def _listeners(on_event: EventCallback | None) -> EventCallback:
+    """One callback: the custom stream, then the caller's ``on_event``."""
+
+    async def listen(event: Event) -> None:
+        _lg_stream.stream_event(event)
+        if on_event is not None:
+            out = on_event(event)
+            if inspect.isawaitable(out):
+                await out
+
+    return listen
+
+
+def _kept_because(result: DebateResult) -> str | None:
+    """Why the node leaves the state's answer as it was, or None to write ``final_answer``."""
+    answer = result.final_answer
+    if answer is None:
+        return "the debate produced no answer" + (f" ({result.fallback})" if result.fallback else "")
+    if not answer.strip():
+        return "the debate's answer is blank" + (f" ({result.fallback})" if result.fallback else "")
+    return None
 
 
 # -- debate_node ------------------------------------------------------------------------------------
@@ -106,7 +143,7 @@ def debate_node(
         debate_mode_key: state key of a feature flag; when given and the flag is
             missing or false, the debate is skipped without any model call: the
             result has ``skipped=True`` and ``final_answer`` is the initial answer.
-        on_event: called with every event of every run.
+        on_event: called with every event of every run (besides the custom stream).
 
     Returns:
         ``async def node(state) -> dict``, named ``debate_<protocol>``.
@@ -123,6 +160,8 @@ def debate_node(
     else:
         debate = Debate(debate_or_protocol, model=model)
 
+    listeners = _listeners(on_event)
+
     async def node(state: Mapping[str, Any]) -> dict[str, Any]:
         topic = state.get(topic_key)
         if not isinstance(topic, str):
@@ -134,11 +173,17 @@ def debate_node(
             context=state.get(context_key),
             initial_answer=None if initial is None else str(initial),
             debate_mode=enabled,
-            on_event=on_event,
+            on_event=listeners,
         )
-        update: dict[str, Any] = {output_key: result}
-        if answer_key and result.final_answer is not None:
-            update[answer_key] = result.final_answer
+        update: dict[str, Any] = {output_key: result.model_dump(mode="json")}
+        if answer_key:
+            kept = _kept_because(result)
+            if kept is None:
+                update[answer_key] = result.final_answer
+            elif not result.skipped:
+                _lg_stream.write(
+                    {"type": "answer_kept", "source": "moot", "debate_id": result.id, "reason": kept}
+                )
         return update
 
     node.__name__ = node.__qualname__ = f"debate_{debate.protocol.name}".replace("-", "_")
@@ -146,35 +191,73 @@ def debate_node(
 
 
 # -- build_debate_graph: state ----------------------------------------------------------------------
+def _turns(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``turns`` reducer: finished turns accumulate (``setup`` overwrites them)."""
+    return [*(old or []), *new]
+
+
+def _first_reason(old: str, new: str) -> str:
+    """The ``fallback`` reducer: the first reason wins, as in the engine (``setup`` overwrites it)."""
+    return old or new
+
+
+def _overwrite(value: Any) -> dict[str, Any]:
+    """LangGraph's plain-data form of ``Overwrite(value)``: bypass a channel's reducer."""
+    return {"__overwrite__": value}
+
+
 class DebateGraphInput(TypedDict, total=False):
     """What the debate subgraph reads from its caller's state."""
 
     topic: Required[str]
     """The question, claim or sentence."""
     context: Any
-    """Shared context shown to every participant."""
+    """Shared context shown to every participant (JSON-able)."""
     initial_answer: str | None
     """The answer to fall back on (seed 000)."""
     debate_mode: bool
     """False skips the debate (no model call); missing means True."""
-    on_event: EventCallback | None
-    """Called with every event."""
 
 
 class DebateGraphOutput(TypedDict):
     """What the debate subgraph hands back to its caller's state."""
 
-    result: DebateResult
-    """The finished result, as :meth:`Debate.run` would return it."""
+    result: dict[str, Any]
+    """The finished result as JSON data (``DebateResult.model_validate`` gives the object)."""
+
+
+class DebateGraphState(DebateGraphInput, total=False):
+    """The debate subgraph's full state: plain data only, so any checkpointer can store it."""
+
+    run_id: str
+    """The engine run's id (the result's ``id``); the live run is kept outside the state under it."""
+    run: dict[str, Any]
+    """Set by ``setup``: ``skipped``, ``started_at`` (Unix time) and ``deadline_s``."""
+    round: int
+    """The round in progress (1-based; 0 when skipped)."""
+    turns: Annotated[list[dict[str, Any]], _turns]
+    """Every finished turn so far (seed 002's arguments), as ``Turn`` JSON plus its ``stage``."""
+    fallback: Annotated[str, _first_reason]
+    """The first reason the debate must fall back ("" while there is none)."""
+    elapsed_s: float
+    """Seconds the run had spent at the last round's end (a resumed run keeps its deadline)."""
+    stopped_early: bool
+    """The early-stop rule ended the debate."""
+    concluded: bool
+    """Set by the round's closing node: True ends the debate (``conclude``), False runs another round."""
+    result: dict[str, Any]
+    """The finished result (set by ``finalize``)."""
 
 
 @dataclass
-class _GraphRun:
-    """The engine run a graph invocation drives, plus the start order of concurrent groups."""
+class _Live:
+    """The live side of one graph run, outside the state: the engine run and what it published."""
 
     run: DebateRun
     skipped: bool = False
-    _starts: dict[tuple[int, int], list[asyncio.Event]] = field(default_factory=dict)
+    published: set[int] = field(default_factory=set)
+    """``id()`` of the run's turns already written to the state."""
+    starts: dict[tuple[int, int], list[asyncio.Event]] = field(default_factory=dict)
 
     async def take_turn(self, number: int, stage: int, position: int, size: int) -> None:
         """Start the speakers of a concurrent group in ``order``, as ``asyncio.gather`` does.
@@ -182,23 +265,21 @@ class _GraphRun:
         LangGraph launches a superstep's nodes sorted by name; each speaker waits until the one
         before it in the group has started (reached its model call), then starts its own.
         """
-        starts = self._starts.setdefault((number, stage), [asyncio.Event() for _ in range(size)])
+        starts = self.starts.setdefault((number, stage), [asyncio.Event() for _ in range(size)])
         if position:
             await starts[position - 1].wait()
         starts[position].set()  # set() does not yield: this node runs on to its first real await
 
-
-class DebateGraphState(DebateGraphInput, total=False):
-    """The debate subgraph's full state."""
-
-    run: _GraphRun
-    """The live engine run (set by ``setup``; not serialisable)."""
-    round: int
-    """The round in progress (1-based; 0 when skipped)."""
-    concluded: bool
-    """Set by the round's closing node: True ends the debate (``conclude``), False runs another round."""
-    result: DebateResult
-    """The finished result (set by ``finalize``)."""
+    def new_turns(self) -> list[dict[str, Any]]:
+        """The run's finished turns not yet in the state, as JSON data (each published once)."""
+        run = self.run
+        out = []
+        for turn in run.result.turns(include_judge=True):
+            if id(turn) in self.published:
+                continue
+            self.published.add(id(turn))
+            out.append({**turn.model_dump(mode="json"), "stage": run.stage_of(turn)})
+        return out
 
 
 # -- build_debate_graph -----------------------------------------------------------------------------
@@ -240,17 +321,21 @@ NodeAction = Callable[[DebateGraphState], Awaitable[dict[str, Any]]]
 
 
 class _DebateNodes:
-    """The node actions of one compiled debate graph; each drives the DebateRun held in the state.
+    """The node actions of one compiled debate graph; each drives the engine run of its graph run.
 
     Together they do what :meth:`DebateRun.execute` does, one step per node: ``setup`` begins
     the run, each speaker node is :meth:`DebateRun.speak`, the round's closing node is
     :meth:`DebateRun.moderate` then :meth:`DebateRun.next_round`, ``judge`` is
-    :meth:`DebateRun.judge` and ``finalize`` is :meth:`DebateRun.finish`.
+    :meth:`DebateRun.judge` and ``finalize`` is :meth:`DebateRun.finish`. Each node writes the
+    turns it finished to the state. The live runs are kept here, by run id; a node that finds
+    none for its state (another process, a restart) rebuilds it from the state's turns.
     """
 
-    def __init__(self, debate: Debate, stages: list[list[str]]) -> None:
+    def __init__(self, debate: Debate, stages: list[list[str]], on_event: EventCallback | None) -> None:
         self.debate = debate
         self.sizes = [len(stage) for stage in stages]
+        self.on_event = _listeners(on_event)
+        self.live: dict[str, _Live] = {}
 
     async def setup(self, state: DebateGraphState) -> dict[str, Any]:
         # The flag in the state, and the protocol's own `enabled: false` (seed 003), both skip.
@@ -259,40 +344,117 @@ class _DebateNodes:
             state.get("topic") or "",
             context=state.get("context"),
             initial_answer=state.get("initial_answer"),
-            on_event=state.get("on_event"),
+            on_event=self.on_event,
             resolve=enabled,
         )
+        self.live[run.id] = _Live(run, skipped=not enabled)
+        fresh = {"run_id": run.id, "turns": _overwrite([]), "fallback": _overwrite(""), "elapsed_s": 0.0}
         if not enabled:
-            return {"run": _GraphRun(run, skipped=True), "round": 0, "concluded": True}
+            info = {"skipped": True, "started_at": run.result.timings.started_at, "deadline_s": None}
+            return {**fresh, "run": info, "round": 0, "concluded": True}
         await run.begin()
-        return {"run": _GraphRun(run), "round": 1, "concluded": False}
+        info = {"skipped": False, "started_at": time.time(), "deadline_s": run.result.timings.deadline_s}
+        return {**fresh, "run": info, "round": 1, "concluded": False, "stopped_early": False}
+
+    def _live(self, state: DebateGraphState) -> _Live:
+        """The live run for this state; rebuilt from the state when this process has none."""
+        run_id = state["run_id"]
+        live = self.live.get(run_id)
+        recorded = len(state.get("turns") or [])
+        # A live run behind the state, or ahead of it by more than one superstep (time travel to
+        # an earlier checkpoint), is not this state's run.
+        if live is None or not recorded <= len(live.published) <= recorded + sum(self.sizes) + 1:
+            live = self.live[run_id] = self._restore(state)
+        return live
+
+    def _restore(self, state: DebateGraphState) -> _Live:
+        info = state.get("run") or {}
+        skipped = bool(info.get("skipped"))
+        run = self.debate.start(
+            state.get("topic") or "",
+            context=state.get("context"),
+            initial_answer=state.get("initial_answer"),
+            on_event=self.on_event,
+            resolve=not skipped,
+        )
+        run.id = run.result.id = state["run_id"]
+        turns = [(Turn.model_validate(t), int(t.get("stage", 0))) for t in state.get("turns") or []]
+        run.restore(
+            turns,
+            rounds=state.get("round", 0),
+            fallback=state.get("fallback") or None,
+            stopped_early=bool(state.get("stopped_early")),
+            deadline_s=info.get("deadline_s"),
+            elapsed_s=float(state.get("elapsed_s") or 0.0),
+            started_at=float(info.get("started_at") or time.time()),
+        )
+        live = _Live(run, skipped=skipped)
+        live.published = {id(turn) for turn, _ in turns}
+        return live
+
+    def _update(self, live: _Live, **fields: Any) -> dict[str, Any]:
+        """The node's state update: the turns it finished, the fallback once there is one."""
+        update = {"turns": live.new_turns(), **fields}
+        if live.run.fallback is not None:
+            update["fallback"] = live.run.fallback
+        return update
+
+    def _step(self, action: Callable[[_Live, DebateGraphState], Awaitable[dict[str, Any]]]) -> NodeAction:
+        """A node running ``action`` on the live run; a node cut short drops its live run.
+
+        What a cancelled or failed node did is not in the state (LangGraph reruns the node), so the
+        next node rebuilds the run from the state instead of trusting the live one.
+        """
+
+        async def node(state: DebateGraphState) -> dict[str, Any]:
+            live = self._live(state)
+            try:
+                return await action(live, state)
+            except BaseException:
+                self.live.pop(state["run_id"], None)
+                raise
+
+        return node
 
     def speaker(self, index: int, position: int, key: str) -> NodeAction:
-        async def speak(state: DebateGraphState) -> dict[str, Any]:
-            graph_run, number = state["run"], state["round"]
+        async def speak(live: _Live, state: DebateGraphState) -> dict[str, Any]:
+            number = state["round"]
             if self.sizes[index] > 1:
-                await graph_run.take_turn(number, index, position, self.sizes[index])
-            await graph_run.run.speak(key, number, index)
-            return {}
+                await live.take_turn(number, index, position, self.sizes[index])
+            await live.run.speak(key, number, index)
+            return self._update(live)
 
-        return speak
+        return self._step(speak)
 
-    async def close_round(self, state: DebateGraphState) -> dict[str, Any]:
-        run, number = state["run"].run, state["round"]
+    async def _close_round(self, live: _Live, state: DebateGraphState) -> dict[str, Any]:
+        run, number = live.run, state["round"]
         await run.moderate(number)
         if run.next_round(number):
-            return {"round": number + 1, "concluded": False}
-        return {"concluded": True}
+            return self._update(live, round=number + 1, concluded=False, elapsed_s=run.elapsed_s())
+        return self._update(
+            live, concluded=True, stopped_early=run.result.stopped_early, elapsed_s=run.elapsed_s()
+        )
 
-    async def judge(self, state: DebateGraphState) -> dict[str, Any]:
-        await state["run"].run.judge()
-        return {}
+    async def _judge(self, live: _Live, state: DebateGraphState) -> dict[str, Any]:
+        await live.run.judge()
+        return self._update(live, elapsed_s=live.run.elapsed_s())
 
-    async def finalize(self, state: DebateGraphState) -> dict[str, Any]:
-        graph_run = state["run"]
-        if graph_run.skipped:
-            return {"result": await graph_run.run.skip()}
-        return {"result": await graph_run.run.finish()}
+    async def _finalize(self, live: _Live, state: DebateGraphState) -> dict[str, Any]:
+        result = await (live.run.skip() if live.skipped else live.run.finish())
+        self.live.pop(state["run_id"], None)
+        return self._update(live, result=result.model_dump(mode="json"))
+
+    @property
+    def close_round(self) -> NodeAction:
+        return self._step(self._close_round)
+
+    @property
+    def judge(self) -> NodeAction:
+        return self._step(self._judge)
+
+    @property
+    def finalize(self) -> NodeAction:
+        return self._step(self._finalize)
 
 
 def build_debate_graph(
@@ -300,6 +462,8 @@ def build_debate_graph(
     *,
     model: str | Model | None = None,
     role_models: Mapping[str, str | Model] | None = None,
+    on_event: EventCallback | None = None,
+    checkpointer: Any = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile a protocol into a LangGraph subgraph with one node per speaker (seed 002).
 
@@ -319,13 +483,18 @@ def build_debate_graph(
     :meth:`Debate.run` does.
 
     Input state: :class:`DebateGraphInput` (``topic`` required). Output state:
-    :class:`DebateGraphOutput`, i.e. ``{"result": DebateResult}``, so the compiled
-    graph can be added as a node to a parent graph whose state has those keys.
+    :class:`DebateGraphOutput`, i.e. ``{"result": {...}}`` (the DebateResult as JSON
+    data), so the compiled graph can be added as a node to a parent graph whose state
+    has those keys. The state is plain data throughout (:class:`DebateGraphState`):
+    compile with any checkpointer, or none.
 
     Args:
         protocol: a Protocol, preset name, YAML path or dict.
         model: the default model spec or instance (None: ``local``).
         role_models: per-persona models, as for :class:`~moot.Debate`.
+        on_event: called with every event of every run (besides the custom stream).
+        checkpointer: a LangGraph checkpointer when the debate is the top-level graph (as a
+            node of a parent graph it uses the parent's).
 
     Returns:
         The compiled graph; run it with ``await graph.ainvoke({"topic": ...})``.
@@ -339,7 +508,7 @@ def build_debate_graph(
     debate = Debate(protocol, model=model, role_models=role_models)
     p = debate.protocol
     stages, fixed = _node_names(p)
-    nodes = _DebateNodes(debate, stages)
+    nodes = _DebateNodes(debate, stages, on_event)
     closer, finalize = fixed["closer"], fixed["finalize"]
 
     graph = state_graph(DebateGraphState, input_schema=DebateGraphInput, output_schema=DebateGraphOutput)
@@ -361,7 +530,8 @@ def build_debate_graph(
     _branch(graph, fixed["setup"], "debate", stages[0], "skip", finalize)
     _branch(graph, closer, "continue", stages[0], "conclude", after_rounds)
     graph.add_edge(finalize, end)
-    return graph.compile(name=f"debate_{p.name}".replace("-", "_"))  # type: ignore[no-any-return]
+    name = f"debate_{p.name}".replace("-", "_")
+    return graph.compile(name=name, checkpointer=checkpointer)  # type: ignore[no-any-return]
 
 
 def _branch(graph: Any, source: str, go: str, first: list[str], stop: str, stop_node: str) -> None:
