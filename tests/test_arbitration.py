@@ -123,7 +123,7 @@ def test_overall_timeout_flags_unfinished_contradictions() -> None:
         {"agent": "B", "findings": [{"metric": f"m{i}", "value": 2.0, "confidence": 0.5} for i in range(3)]},
     ]
     model = ScriptedModel({"*": [ruling("agent1_correct", "use_agent1")] * 3}, delay=0.3)
-    result = arbitrate_sync(reports, model=model, concurrency=1, timeout=0.45)
+    result = arbitrate_sync(reports, model=model, concurrency=1, timeout_s=0.45)
     assert result.status == "timed_out" and result.contradictions_found == 3
     assert [r.decision is not None for r in result.rulings] == [True, False, False]
     assert result.rulings[1].error == "no ruling within the overall timeout of 0.45 s; flagged for review"

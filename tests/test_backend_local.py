@@ -138,9 +138,9 @@ class TestEmbeddedModel:
         speed = asyncio.run(model.expected_speed())
         assert speed is not None and speed > 1
         assert asyncio.run(model.expected_speed()) == speed  # measured once per loaded model
-        deadline = asyncio.run(Debate("answer", model=model).deadline())
+        deadline = asyncio.run(Debate("answer", model=model).timeout_s())
         assert deadline == local_estimate(load_protocol("answer"), speed) > 10  # not the seed's 10 s
-        explicit = asyncio.run(Debate("answer", model=model, overrides={"timeout": 7}).deadline())
+        explicit = asyncio.run(Debate("answer", model=model, overrides={"timeout": 7}).timeout_s())
         assert explicit == 7
 
     def test_bad_schema_is_a_model_error(self, model: LocalModel) -> None:

@@ -251,7 +251,7 @@ def test_absa_batch_on_ray_with_a_timeout() -> None:
     # and the sentence queued behind it is never sent.
     sentences = ["Nice place.", "The zqx hinge is terrible.", "Lovely staff."]
     batch = asyncio.run(
-        run_absa_batch_ray(sentences, model=_hanging_absa_model, ray=RayOptions(workers=1), timeout=3.0)
+        run_absa_batch_ray(sentences, model=_hanging_absa_model, ray=RayOptions(workers=1), timeout_s=3.0)
     )
     first, hung, queued = batch.results
     assert not first.errors and first.trace and not first.failed

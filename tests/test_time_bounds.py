@@ -12,7 +12,7 @@ import pytest
 from fault_server import Fate, FaultServer, schema_reply
 from moot import Debate, FunctionModel, ModelRequest, models
 from moot.cli import main
-from moot.deadline import DEFAULT_DEADLINE, local_estimate, planned_calls, run_deadline
+from moot.deadline import DEFAULT_DEADLINE, Deadline, local_estimate, planned_calls, run_deadline
 from moot.errors import ModelTimeoutError, UsageError
 from moot.models import base
 from moot.models.base import CallStats, Message, default_request_timeout
@@ -189,3 +189,46 @@ def test_refused_connections_are_not_counted_as_requests_sent(http: str) -> None
         asyncio.run(go())
     assert not info.value.sent
     assert stats.usage.attempts == 0  # three tries, none reached a server: its log would be empty
+
+
+class TestOneDeadline:
+    def test_within_takes_the_earlier(self) -> None:
+        assert Deadline.within(None) is None
+        parent = Deadline.after(100.0)
+        assert Deadline.within(None, parent) is parent
+        assert Deadline.within(1000.0, parent) is parent
+        own = Deadline.within(1.0, parent)
+        assert own is not None and own is not parent and 0.9 < own.remaining_s() <= 1.0
+        gone = Deadline(at=time.monotonic() - 1)
+        assert gone.expired() and gone.remaining_s() == 0.0 and not parent.expired()
+
+    def test_a_scope_never_ends_before_the_instant(self) -> None:
+        deadline = Deadline.after(0.05)
+
+        async def go() -> bool:
+            with pytest.raises(TimeoutError):
+                async with deadline.scope():
+                    await asyncio.sleep(5)
+            return deadline.expired()
+
+        assert asyncio.run(go())
+
+    def test_a_debate_ends_at_the_callers_deadline_when_it_comes_first(self) -> None:
+        slow = SchemaModel(delay=0.2)
+
+        async def go() -> tuple[float, Any]:
+            started = time.perf_counter()
+            result = await Debate("answer", model=slow).run("Q?", deadline=Deadline.after(0.3))
+            return time.perf_counter() - started, result
+
+        elapsed, result = asyncio.run(go())
+        assert result.fallback.startswith("timeout") and elapsed < 1.0
+        assert result.timings.deadline_s is not None and result.timings.deadline_s <= 0.3
+        assert any(t.cancelled for t in result.turns())
+
+    def test_a_debate_keeps_its_own_budget_under_a_later_deadline(self) -> None:
+        model = SchemaModel(delay=0.2)
+        debate = Debate("answer", model=model, overrides={"timeout": 0.3})
+        result = asyncio.run(debate.run("Q?", deadline=Deadline.after(60)))
+        assert result.fallback == "timeout: the debate exceeded 0.3 s"
+        assert result.timings.deadline_s == 0.3

@@ -10,8 +10,11 @@ Detection: :mod:`moot.contradictions` (rules, no LLM call). The arbitrator's
 prompt lists ``source_authority``, most authoritative first, then "other"
 (seed 004: GCC-STAT > World Bank > other).
 
-Overall timeout: ``arbitrate(timeout=60)`` bounds the whole arbitration (the
-seed's target: 3 contradictions in under 60 s). A contradiction whose ruling
+Overall timeout: ``arbitrate(timeout_s=60)`` bounds the whole arbitration (the
+seed's target: 3 contradictions in under 60 s), as one
+:class:`~moot.deadline.Deadline` (nested under a caller's ``deadline=``, if
+given): each arbitration run ends at it by itself, keeping its cut-off turn,
+and one still waiting for a slot is never sent. A contradiction whose ruling
 has not arrived by then keeps a ruling without a decision, its error saying
 so, and its metric is flagged for review: nothing is lost.
 
@@ -43,6 +46,7 @@ from .contradictions import (
     detect_contradictions,
     norm_metric,
 )
+from .deadline import Deadline, timeout_scope
 from .engine import Debate, DebateRun
 from .models import Model
 from .models.base import Usage
@@ -237,7 +241,8 @@ async def arbitrate(
     on_progress: ProgressCallback | None = None,
     debate: Debate | None = None,
     source_authority: Sequence[str] = SOURCE_AUTHORITY,
-    timeout: float | None = DEFAULT_TIMEOUT,
+    timeout_s: float | None = DEFAULT_TIMEOUT,
+    deadline: Deadline | None = None,
 ) -> ArbitrationResult:
     """Detect contradictions, arbitrate each with one call, and build the consensus.
 
@@ -251,10 +256,13 @@ async def arbitrate(
         debate: a preconfigured Debate on an arbitration-shaped protocol (default: the preset).
         source_authority: source names, most authoritative first (others rank after them); used
             for source conflicts and given to the arbitrator in its prompt.
-        timeout: seconds for the whole arbitration (None: no limit); contradictions without a
-            ruling by then are flagged for review and the status is ``timed_out``.
+        timeout_s: seconds for the whole arbitration (None: no limit of its own); contradictions
+            without a ruling by then are flagged for review and the status is ``timed_out``.
+        deadline: a caller's deadline; the arbitration ends at the earlier of it and ``timeout_s``.
     """
     started = time.perf_counter()
+    parent, deadline = deadline, Deadline.within(timeout_s, deadline)
+    budget_s = parent.remaining_s() if parent is not None and deadline is parent else timeout_s
     parsed = [r if isinstance(r, AgentReport) else AgentReport.model_validate(r) for r in reports]
     await _notify(on_progress, "debate", "running")
     contradictions = detect_contradictions(parsed, source_authority)
@@ -270,12 +278,22 @@ async def arbitrate(
 
     runs: dict[int, DebateRun] = {}  # kept so a timed-out run still reports the calls it made
 
-    async def one(c: Contradiction) -> tuple[Ruling, DebateResult]:
+    async def one(c: Contradiction) -> tuple[Ruling, DebateResult] | None:
+        """The ruling, or None when the deadline passed first (waiting for a slot, or running)."""
         nonlocal done
         context = {**c.model_dump(mode="json"), "source_authority": [*source_authority, "other"]}
-        async with gate:
-            runs[c.id] = run = arbiter.start(c.describe(source_authority), context=context)
-            res = await run.execute()
+        try:
+            async with timeout_scope(deadline):
+                await gate.acquire()
+        except TimeoutError:
+            return None  # never sent
+        try:
+            runs[c.id] = run = arbiter.start(c.describe(source_authority), context=context, deadline=deadline)
+            res = await run.execute()  # ends at the deadline by itself, its cut-off turn kept
+        finally:
+            gate.release()
+        if res.fallback and deadline is not None and deadline.expired():
+            return None
         turn = res.rounds[0].turns[0] if res.rounds and res.rounds[0].turns else None
         decision = Arbitration.model_validate(turn.content) if turn is not None and turn.ok else None
         error = None if decision is not None else (turn.error if turn is not None else res.fallback)
@@ -283,7 +301,7 @@ async def arbitrate(
         await _notify(on_progress, "debate", "progress", {"done": done, "total": len(contradictions)})
         return Ruling(contradiction_id=c.id, decision=decision, turn=turn, error=error), res
 
-    rulings, usage, timed_out = await _run_all(contradictions, one, timeout, runs)
+    rulings, usage, timed_out = await _run_all(contradictions, one, budget_s, runs)
     metrics, adjusted, narrative = build_consensus(parsed, contradictions, rulings)
     status_of = {m.metric_name: m.status for m in metrics}
     flagged = sum(1 for c in contradictions if status_of[c.metric_name] == "flagged")
@@ -308,32 +326,31 @@ async def arbitrate(
 
 async def _run_all(
     contradictions: Sequence[Contradiction],
-    one: Callable[[Contradiction], Awaitable[tuple[Ruling, DebateResult]]],
-    timeout: float | None,
+    one: Callable[[Contradiction], Awaitable[tuple[Ruling, DebateResult] | None]],
+    budget_s: float | None,
     runs: dict[int, DebateRun],
 ) -> tuple[list[Ruling], Usage, bool]:
-    """Every arbitration under the overall timeout; an unfinished one keeps a ruling saying so.
+    """Every arbitration; one the deadline cut off (``one`` gave None) keeps a ruling saying so.
 
-    A run cut off by the timeout still counts the requests it sent (its cancelled turn is kept).
+    A run cut off by the deadline still counts the requests it sent (its cancelled turn is kept).
     """
-    tasks = [asyncio.ensure_future(one(c)) for c in contradictions]
-    _, pending = await asyncio.wait(tasks, timeout=timeout)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
-    rulings, usage = [], Usage()
-    for c, task in zip(contradictions, tasks, strict=True):
-        if task in pending:
-            error = f"no ruling within the overall timeout of {timeout:g} s; flagged for review"
+    outcomes = await asyncio.gather(*(one(c) for c in contradictions), return_exceptions=True)
+    rulings, usage, timed_out = [], Usage(), False
+    for c, outcome in zip(contradictions, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome is None:
+            timed_out = True
+            error = f"no ruling within the overall timeout of {budget_s or 0:g} s; flagged for review"
             run = runs.get(c.id)  # None: it was still waiting for a free slot
             turns = run.result.turns(include_judge=True) if run is not None else []
             rulings.append(Ruling(contradiction_id=c.id, error=error, turn=turns[0] if turns else None))
             usage = usage + (run.result.usage if run is not None else Usage())
             continue
-        ruling, res = task.result()  # re-raises what a task raised
+        ruling, res = outcome
         rulings.append(ruling)
         usage = usage + res.usage
-    return rulings, usage, bool(pending)
+    return rulings, usage, timed_out
 
 
 def arbitrate_sync(reports: Sequence[AgentReport | dict[str, Any]], **kwargs: Any) -> ArbitrationResult:

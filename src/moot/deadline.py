@@ -1,7 +1,17 @@
-"""The overall deadline of a debate run, sized to the models that play it.
+"""Deadlines: one absolute instant passed down (:class:`Deadline`), and a debate's budget.
 
-Every run has a deadline; when it passes, the run falls back (initial answer or best
-answer so far) and turns in flight are kept, marked cancelled. Which deadline:
+**One object.** A :class:`Deadline` is an instant on the monotonic clock. The public API
+speaks seconds (``timeout_s``); each door converts them once, with
+:meth:`Deadline.within`, and passes the object down: a run started under a deadline (an
+ABSA sentence's debate, an arbitration's rulings, a bench's units) ends at the earlier of
+its own budget and the one it was given, as a nested time limit does. A deadline never
+crosses machines: a Ray worker receives the seconds left (:meth:`Deadline.remaining_s`)
+and makes its own. Code waits under one with :meth:`Deadline.scope` (an
+:func:`asyncio.timeout_at` on the running loop); a ``None`` deadline means no limit.
+
+**A debate's budget**, sized to the models that play it. Every run has a deadline; when
+it passes, the run falls back (initial answer or best answer so far) and turns in flight
+are kept, marked cancelled. Which budget:
 
 1. An explicit one wins: ``--timeout`` on the CLI, or ``overrides={"timeout": S}``
    (``None`` there means no deadline at all).
@@ -17,17 +27,76 @@ answer so far) and turns in flight are kept, marked cancelled. Which deadline:
 
 from __future__ import annotations
 
+import asyncio
+import time
+from dataclasses import dataclass
+
 from .protocol import Protocol
 
 __all__ = [
     "CONSTRAINED_COST",
     "DEFAULT_DEADLINE",
+    "Deadline",
     "MARGIN",
     "PROMPT_TOKENS",
     "local_estimate",
     "planned_calls",
     "run_deadline",
+    "timeout_scope",
 ]
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """An absolute instant on this process's monotonic clock (:func:`time.monotonic`).
+
+    Build one from seconds with :meth:`after` or :meth:`within`, never from a clock value
+    read on another machine.
+
+    Attributes:
+        at: the instant, in :func:`time.monotonic` seconds.
+    """
+
+    at: float
+
+    @classmethod
+    def after(cls, timeout_s: float) -> Deadline:
+        """The deadline ``timeout_s`` seconds from now."""
+        return cls(time.monotonic() + timeout_s)
+
+    @classmethod
+    def within(cls, timeout_s: float | None, parent: Deadline | None = None) -> Deadline | None:
+        """The earlier of ``timeout_s`` from now and ``parent`` (None for either: no limit from it).
+
+        ``Deadline.within(None, None)`` is None: no deadline at all.
+        """
+        own = None if timeout_s is None else cls.after(timeout_s)
+        if own is None or parent is None:
+            return own or parent
+        return parent if parent.at <= own.at else own
+
+    def remaining_s(self) -> float:
+        """Seconds left (0 once it has passed): what a deadline sent to another process carries."""
+        return max(0.0, self.at - time.monotonic())
+
+    def expired(self) -> bool:
+        """True once the instant has passed."""
+        return time.monotonic() >= self.at
+
+    def scope(self) -> asyncio.Timeout:
+        """An :func:`asyncio.timeout_at` that expires at this instant on the running loop.
+
+        The clock is read before the loop's, so the scope never expires before :meth:`expired`
+        is true (the loop's clock need not be :func:`time.monotonic`).
+        """
+        left = self.at - time.monotonic()
+        return asyncio.timeout_at(asyncio.get_running_loop().time() + left)
+
+
+def timeout_scope(deadline: Deadline | None) -> asyncio.Timeout:
+    """``deadline.scope()``, or a scope that never expires for ``None``."""
+    return asyncio.timeout(None) if deadline is None else deadline.scope()
+
 
 DEFAULT_DEADLINE = 300.0
 """Seconds, for protocols that set no ``timeout``, on remote backends."""
@@ -61,7 +130,7 @@ def local_estimate(protocol: Protocol, tokens_per_second: float) -> float:
 
 
 def run_deadline(protocol: Protocol, speeds: list[float | None], *, explicit: bool) -> float | None:
-    """The deadline in seconds (None: none) for a run of ``protocol``; see the module docstring.
+    """The budget in seconds (None: none) of one run of ``protocol``; see the module docstring.
 
     Args:
         protocol: the protocol (its ``timeout`` is the explicit or seed value).

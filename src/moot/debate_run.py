@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import consensus
 from ._ids import new_id
+from .deadline import Deadline, timeout_scope
 from .errors import BudgetExceeded, ModelError
 from .models import Model
 from .models.base import CallStats
@@ -63,6 +64,8 @@ class DebateRun:
         context: Any,
         initial_answer: str | None,
         on_event: EventCallback | None,
+        *,
+        deadline: Deadline | None = None,
     ) -> None:
         self.debate = debate
         self.protocol: Protocol = debate.protocol
@@ -82,7 +85,9 @@ class DebateRun:
             timings=Timings(started_at=time.time()),
         )
         self._calls_started = 0
-        self._deadline: float | None = None
+        self._given = deadline  # the caller's; begin() nests the debate's own budget under it
+        self.deadline: Deadline | None = None
+        """The run's deadline once :meth:`begin` set it: the earlier of its budget and the caller's."""
         self._t0 = 0.0
         self._stage_of: dict[int, int] = {}  # id(turn) -> stage index within its round
         self._unreported: list[Turn] = []  # cancelled turns whose completion event is still due
@@ -108,7 +113,7 @@ class DebateRun:
     async def _guard(self, step: Awaitable[Any]) -> Any:
         """Run one step under the deadline; turn run-time failures into ``fallback``."""
         try:
-            async with asyncio.timeout_at(self._deadline) as scope:
+            async with timeout_scope(self.deadline) as scope:
                 return await step
         except TimeoutError:
             if not scope.expired():
@@ -130,9 +135,12 @@ class DebateRun:
     async def begin(self) -> None:
         """Emit ``debate_started``, start the deadline and open round 1."""
         self._t0 = time.perf_counter()
-        seconds = self.result.timings.deadline_s = await self.debate.deadline()
-        if seconds is not None:
-            self._deadline = asyncio.get_running_loop().time() + seconds
+        own = await self.debate.timeout_s()
+        self.deadline = deadline = Deadline.within(own, self._given)
+        if deadline is not None and deadline is self._given:  # the caller's comes first
+            self.result.timings.deadline_s = deadline.remaining_s()
+        else:
+            self.result.timings.deadline_s = own
         await self.emit("debate_started", message=self.topic)
         self.result.rounds.append(Round(number=1))
 

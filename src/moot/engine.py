@@ -9,11 +9,12 @@ The engine imports no provider SDK; models are resolved from specs lazily.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .deadline import run_deadline
+from .deadline import Deadline, run_deadline
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
 from .models import Model, resolve_model
@@ -96,10 +97,11 @@ class Debate:
             model = self._models[key] = resolve_model(self._role_specs.get(key, self._default_spec))
         return model
 
-    async def deadline(self) -> float | None:
-        """The overall deadline in seconds for a run (None: none); see :mod:`moot.deadline`.
+    async def timeout_s(self) -> float | None:
+        """The budget in seconds of one run (None: none), sized by :mod:`moot.deadline`.
 
         Asks every participant's model for its expected speed, which loads a local model.
+        A run given a :class:`~moot.deadline.Deadline` ends at the earlier of the two.
         """
         speeds = []
         if not self._explicit_timeout:
@@ -125,6 +127,7 @@ class Debate:
         initial_answer: str | None = None,
         debate_mode: bool = True,
         on_event: EventCallback | None = None,
+        deadline: Deadline | None = None,
     ) -> DebateResult:
         """Run the debate and return its result; never raises for run-time failures.
 
@@ -141,18 +144,21 @@ class Debate:
             debate_mode: False skips the debate and returns ``initial_answer`` unchanged
                 (so does a protocol with ``enabled: false``).
             on_event: called with every Event.
+            deadline: the caller's deadline (e.g. a pipeline's): the run ends at the earlier of
+                it and its own budget (:meth:`timeout_s`), and falls back there.
 
         Raises:
             UsageError: empty topic, or a model spec that cannot be resolved.
             Exception: whatever ``on_event`` raised.
         """
+        run = functools.partial(self._run, deadline=deadline)
         if self.store is not None:
             from ._recorded import recorded_run
 
             return await recorded_run(
-                self, self.store, topic, context, initial_answer, debate_mode, on_event, self._run
+                self, self.store, topic, context, initial_answer, debate_mode, on_event, run
             )
-        return await self._run(topic, context, initial_answer, debate_mode, on_event)
+        return await run(topic, context, initial_answer, debate_mode, on_event)
 
     async def _run(
         self,
@@ -161,13 +167,15 @@ class Debate:
         initial_answer: str | None,
         debate_mode: bool,
         on_event: EventCallback | None,
+        *,
+        deadline: Deadline | None,
     ) -> DebateResult:
         if not debate_mode or not self.protocol.enabled:
             return await self.start(
                 topic, initial_answer=initial_answer, on_event=on_event, resolve=False
             ).skip()
         return await self.start(
-            topic, context=context, initial_answer=initial_answer, on_event=on_event
+            topic, context=context, initial_answer=initial_answer, on_event=on_event, deadline=deadline
         ).execute()
 
     def start(
@@ -178,6 +186,7 @@ class Debate:
         initial_answer: str | None = None,
         on_event: EventCallback | None = None,
         resolve: bool = True,
+        deadline: Deadline | None = None,
     ) -> DebateRun:
         """Prepare one run without calling any model, for orchestrators that drive the steps.
 
@@ -190,6 +199,7 @@ class Debate:
             on_event: event callback.
             resolve: resolve every participant's model now, so unknown providers and
                 missing keys fail before any call (False for a run that will be skipped).
+            deadline: the caller's deadline, as for :meth:`run`.
 
         Raises:
             UsageError: empty topic, or a model spec that cannot be resolved.
@@ -199,7 +209,7 @@ class Debate:
         if resolve:
             for key in self.protocol.personas:
                 self.model_for(key)
-        return DebateRun(self, topic.strip(), context, initial_answer, on_event)
+        return DebateRun(self, topic.strip(), context, initial_answer, on_event, deadline=deadline)
 
     def run_sync(self, topic: str, **kwargs: Any) -> DebateResult:
         """Blocking wrapper around :meth:`run` (same arguments)."""

@@ -19,13 +19,13 @@ Scoring rules:
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
+from ..deadline import Deadline
 from ..models import resolve_model
 from ..models.base import Model
 from .config import AbsaConfig
@@ -135,7 +135,7 @@ async def evaluate(
     model: str | Model | None = None,
     concurrency: int = 1,
     on_result: Callable[[str, int, FinalResult], None] | None = None,
-    timeout: float | None = None,
+    timeout_s: float | None = None,
 ) -> dict[str, EvalScores]:
     """Run every config over ``items`` and score each.
 
@@ -145,7 +145,7 @@ async def evaluate(
         model: the model spec or instance (resolved once).
         concurrency: sentences in flight at once.
         on_result: progress callback ``(config name, index, result)``.
-        timeout: seconds for the whole evaluation. At the deadline every sentence not yet
+        timeout_s: seconds for the whole evaluation. At the deadline every sentence not yet
             finished (in this and later configs) gets a failed result with a ``deadline``
             error, is scored wrong and is passed to ``on_result`` like any other.
 
@@ -155,8 +155,7 @@ async def evaluate(
     mdl = resolve_model(model)
     out: dict[str, EvalScores] = {}
     sentences = [it.sentence for it in items]
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
+    deadline = Deadline.within(timeout_s)  # one deadline for every config
     for name, cfg in configs.items():
         done: dict[int, FinalResult] = {}
 

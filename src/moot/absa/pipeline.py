@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from ..deadline import Deadline, timeout_scope
 from ..errors import UsageError
 from ..models import resolve_model, run_with_model
 from ..models.base import Model
@@ -28,11 +29,18 @@ from .stage2 import run_stage2
 
 __all__ = ["run_absa", "run_absa_batch", "run_absa_sync"]
 
+_T = TypeVar("_T")
+
 ConfigLike = AbsaConfig | str | Path | dict[str, Any] | None
 
 
 async def _debate(
-    sentence: str, stage1: Stage1Result, model: Model, cfg: AbsaConfig, rec: Recorder, deadline: float | None
+    sentence: str,
+    stage1: Stage1Result,
+    model: Model,
+    cfg: AbsaConfig,
+    rec: Recorder,
+    deadline: Deadline | None,
 ) -> DebateResult:
     # Imported here so the pure parts of moot.absa load without the engine.
     from ..engine import Debate
@@ -42,27 +50,20 @@ async def _debate(
             rec.progress(f"debate: {event.speaker} (round {event.round})")
         rec.emit(event)
 
+    # Under the run's deadline the debate ends at the earlier of it and its own budget, by
+    # itself, so its requests (cut-off turns included) count in its usage; an interrupt
+    # cancels it as any task.
     debate = Debate(cfg.protocol(), model=model)
-    if deadline is None:
-        return await debate.run(sentence, context=stage1.context(), on_event=on_event)
-    loop = asyncio.get_running_loop()
-    remaining, own = deadline - loop.time(), await debate.deadline()
-    if own is None or remaining < own:  # the run's deadline comes first: the debate ends at it itself
-        debate = Debate(cfg.protocol(), model=model, overrides={"timeout": max(remaining, 1e-3)})
-    task = asyncio.ensure_future(debate.run(sentence, context=stage1.context(), on_event=on_event))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if loop.time() < deadline:  # an interrupt, not the deadline: stop the debate now
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            raise
-        # The run's deadline: the debate ends at the same moment and returns what it spent,
-        # the requests of its cut-off turns included, so usage matches what the server saw.
-        result = await task
+    result = await debate.run(sentence, context=stage1.context(), on_event=on_event, deadline=deadline)
+    if result.fallback and deadline is not None and deadline.expired():
         rec.usage = rec.usage + result.usage
-        rec.errors["debate"] = result.fallback or "not finished before the --timeout deadline"
-        raise
+        rec.errors["debate"] = result.fallback
+        raise _DeadlinePassed
+    return result
+
+
+class _DeadlinePassed(Exception):
+    """Internal: the run's deadline ended the debate; the sentence ends as a deadline result."""
 
 
 def _moderator_inputs(
@@ -94,7 +95,8 @@ async def run_absa(
     config: ConfigLike = None,
     on_progress: ProgressFn | None = None,
     on_event: EventFn | None = None,
-    deadline: float | None = None,
+    timeout_s: float | None = None,
+    deadline: Deadline | None = None,
 ) -> FinalResult:
     """Analyse one sentence.
 
@@ -108,9 +110,11 @@ async def run_absa(
             as Stage 1, the review context and Stage 2 are done, and each debate
             :class:`~moot.transcript.Event` as it happens (``moot absa`` records them all, so a
             killed run keeps every completed step and turn).
-        deadline: the event loop's ``time()`` by which the run must end (``--timeout``). At
+        timeout_s: seconds the run may take (``--timeout``); None: no limit of its own. At
             the deadline the run stops and returns what it completed (trace, usage, failed
             calls) with a ``deadline`` entry in ``errors``, so the result counts as failed.
+        deadline: a caller's deadline (a batch's): the run ends at the earlier of it and
+            ``timeout_s``, the same way. The debate keeps its own budget inside either.
 
     Returns:
         The final result; failed calls are recorded in ``errors`` (never filled in).
@@ -123,18 +127,28 @@ async def run_absa(
     cfg = load_config(config)
     mdl = resolve_model(model)
     rec = Recorder(on_progress=on_progress, on_event=on_event)
-    if deadline is None:
-        return await _pipeline(sentence, mdl, cfg, rec, None)
+    deadline = Deadline.within(timeout_s, deadline)
+    if deadline is not None and deadline.expired():  # e.g. queued in a batch past its deadline
+        return deadline_result(sentence, cfg)
     try:
-        async with asyncio.timeout_at(deadline) as bound:
-            return await _pipeline(sentence, mdl, cfg, rec, deadline)
-    except TimeoutError:
-        if not bound.expired():  # a TimeoutError of the call itself, not the deadline
-            raise
+        return await _pipeline(sentence, mdl, cfg, rec, deadline)
+    except _DeadlinePassed:
+        pass
     result = deadline_result(sentence, cfg)
     result.trace, result.usage = rec.trace, rec.usage
     result.errors = dict(rec.errors) | result.errors
     return result
+
+
+async def _bounded(step: Awaitable[_T], deadline: Deadline | None) -> _T:
+    """Await one stage under ``deadline``; its passing raises :class:`_DeadlinePassed`."""
+    try:
+        async with timeout_scope(deadline) as scope:
+            return await step
+    except TimeoutError:
+        if not scope.expired():  # a TimeoutError of the stage itself, not the deadline
+            raise
+        raise _DeadlinePassed from None
 
 
 def deadline_result(sentence: str, config: AbsaConfig) -> FinalResult:
@@ -146,10 +160,14 @@ def deadline_result(sentence: str, config: AbsaConfig) -> FinalResult:
 
 
 async def _pipeline(
-    sentence: str, mdl: Model, cfg: AbsaConfig, rec: Recorder, deadline: float | None
+    sentence: str, mdl: Model, cfg: AbsaConfig, rec: Recorder, deadline: Deadline | None
 ) -> FinalResult:
-    """The stages of :func:`run_absa`, recorded in ``rec`` as they end."""
-    stage1 = await run_stage1(sentence, mdl, cfg, rec)
+    """The stages of :func:`run_absa`, recorded in ``rec`` as they end.
+
+    Raises:
+        _DeadlinePassed: ``deadline`` passed (the steps finished until then are in ``rec``).
+    """
+    stage1 = await _bounded(run_stage1(sentence, mdl, cfg, rec), deadline)
     rec.emit(StageEvent(kind="stage_output", name="stage1", stage1=stage1))
 
     debate: DebateResult | None = None
@@ -178,7 +196,7 @@ async def _pipeline(
     final_patch = None
     if cfg.mode == "patch" and debate is not None and debate.verdict is not None and debate.verdict.ok:
         final_patch = list(debate.verdict.get("final_patch", []) or [])
-    stage2 = await run_stage2(sentence, stage1, context, final_patch, mdl, cfg, rec)
+    stage2 = await _bounded(run_stage2(sentence, stage1, context, final_patch, mdl, cfg, rec), deadline)
     rec.emit(StageEvent(kind="stage_output", name="stage2", stage2=stage2))
 
     result = FinalResult(
@@ -221,7 +239,8 @@ async def run_absa_batch(
     config: ConfigLike = None,
     concurrency: int = 1,
     on_result: Callable[[int, FinalResult], Awaitable[None] | None] | None = None,
-    deadline: float | None = None,
+    timeout_s: float | None = None,
+    deadline: Deadline | None = None,
 ) -> list[FinalResult]:
     """Analyse many sentences, ``concurrency`` at a time, calling ``on_result`` as each finishes.
 
@@ -231,14 +250,16 @@ async def run_absa_batch(
         config: as for :func:`run_absa` (loaded once).
         concurrency: sentences in flight at once.
         on_result: ``on_result(index, result)``, sync or async, called in completion order.
-        deadline: as for :func:`run_absa`, shared by every sentence: those not finished by
-            then (running or still queued) end as failed ``deadline`` results.
+        timeout_s: seconds for the whole batch, one deadline shared by every sentence: those
+            not finished by then (running or still queued) end as failed ``deadline`` results.
+        deadline: a caller's deadline; the batch ends at the earlier of it and ``timeout_s``.
 
     Returns:
         The results in input order.
     """
     cfg = load_config(config)
     mdl = resolve_model(model)
+    deadline = Deadline.within(timeout_s, deadline)
     gate = asyncio.Semaphore(max(1, concurrency))
     results: list[FinalResult | None] = [None] * len(sentences)
 

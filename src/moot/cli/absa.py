@@ -141,7 +141,7 @@ async def _batch(
 
             assert not isinstance(model, Model)
             done = await run_absa_batch_ray(
-                sentences, model=model, config=config, ray=ray, on_result=write, timeout=timeout
+                sentences, model=model, config=config, ray=ray, on_result=write, timeout_s=timeout
             )
             return done.results, done.workers
         results = await run_absa_batch(
@@ -150,14 +150,9 @@ async def _batch(
             config=config,
             concurrency=concurrency,
             on_result=write,
-            deadline=_deadline(timeout),
+            timeout_s=timeout,
         )
         return results, []
-
-
-def _deadline(timeout: float | None) -> float | None:
-    """``--timeout`` as the running loop's deadline for :func:`moot.absa.run_absa`."""
-    return None if timeout is None else asyncio.get_running_loop().time() + timeout
 
 
 def _timed_out(results: list[FinalResult], timeout: float | None) -> None:
@@ -265,7 +260,7 @@ def register(app: typer.Typer) -> None:
                             config=cfg,
                             on_progress=progress,
                             on_event=rec.on_event,
-                            deadline=_deadline(timeout),
+                            timeout_s=timeout,
                         ),
                     )
                 rec.finish(res, status="fell_back" if res.failed else "complete")

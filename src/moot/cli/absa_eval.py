@@ -276,7 +276,7 @@ def absa_eval_cmd(
             scores = run_with_model(
                 backend,
                 lambda m: evaluate(
-                    items, configs, model=m, concurrency=concurrency, on_result=done, timeout=timeout
+                    items, configs, model=m, concurrency=concurrency, on_result=done, timeout_s=timeout
                 ),
             )
             payload = {

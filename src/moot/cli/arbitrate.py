@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
                 concurrency=concurrency,
                 on_progress=on_progress,
                 source_authority=[s.strip() for s in source_authority.split(",") if s.strip()],
-                timeout=timeout,
+                timeout_s=timeout,
             )
             failed = sum(1 for r in result.rulings if r.decision is None)
             rec.finish(result, status="fell_back" if failed else "complete", summary={"failed": failed})

@@ -5,7 +5,7 @@ to this process as they finish, where ``on_result`` writes them (the output file
 run store are written here alone), and are returned in input order, as
 :func:`moot.absa.run_absa_batch` does.
 
-A ``timeout`` is one deadline for the whole batch, as on one machine: each sentence goes to
+A ``timeout_s`` is one deadline for the whole batch, as on one machine: each sentence goes to
 its worker with the seconds left (no clocks compared across machines), the worker ends it
 there as :func:`moot.absa.run_absa` does, and sentences still waiting for a worker at the
 deadline are never sent: they end here as failed ``deadline`` results.
@@ -21,6 +21,7 @@ from typing import Any
 from ..absa import FinalResult, run_absa
 from ..absa.config import AbsaConfig, load_config
 from ..absa.pipeline import ConfigLike, deadline_result
+from ..deadline import Deadline
 from ..models import default_model_spec
 from ..models.base import Model
 from ._bench import ModelLike, model_source
@@ -41,8 +42,7 @@ class AbsaJob(Job):
         """Analyse ``unit``: a sentence, or ``(sentence, seconds left)`` under a deadline."""
         if isinstance(unit, tuple):
             sentence, seconds = unit
-            deadline = asyncio.get_running_loop().time() + seconds
-            return await run_absa(sentence, model=model, config=self.config, deadline=deadline)
+            return await run_absa(sentence, model=model, config=self.config, timeout_s=seconds)
         return await run_absa(str(unit), model=model, config=self.config)
 
 
@@ -67,7 +67,7 @@ async def run_absa_batch_ray(
     ray: RayOptions | None = None,
     on_result: Callable[[int, FinalResult], Awaitable[None] | None] | None = None,
     model_concurrency: int | None = None,
-    timeout: float | None = None,
+    timeout_s: float | None = None,
 ) -> RayBatch:
     """:func:`moot.absa.run_absa_batch` with the sentences on Ray workers.
 
@@ -79,7 +79,7 @@ async def run_absa_batch_ray(
         ray: the cluster and its width; ``concurrency`` is sentences in flight per worker.
         on_result: ``on_result(index, result)``, sync or async, called here in completion order.
         model_concurrency: requests in flight at each worker's backend (None: the backend's own).
-        timeout: seconds for the whole batch, counted from when the workers are ready (see the
+        timeout_s: seconds for the whole batch, counted from when the workers are ready (see the
             module docstring); None: no deadline.
 
     Raises:
@@ -92,18 +92,17 @@ async def run_absa_batch_ray(
     with connect(options) as ray_module:
         async with worker_pool(ray_module, source, AbsaJob(cfg), options) as pool:
             gate = asyncio.Semaphore(pool.slots)
-            loop = asyncio.get_running_loop()
-            deadline = None if timeout is None else loop.time() + timeout
+            deadline = Deadline.within(timeout_s)
 
             async def one(i: int) -> None:
                 async with gate:
                     res: FinalResult
                     if deadline is None:
                         res = await pool.run(sentences[i])
-                    elif (left := deadline - loop.time()) <= 0:  # never sent: no time left for it
+                    elif deadline.expired():  # never sent: no time left for it
                         res = deadline_result(sentences[i], cfg)
-                    else:
-                        res = await pool.run((sentences[i], left))
+                    else:  # the seconds left: a deadline never crosses machines
+                        res = await pool.run((sentences[i], deadline.remaining_s()))
                 results[i] = res
                 if on_result is not None:
                     out = on_result(i, res)
