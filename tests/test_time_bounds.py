@@ -232,3 +232,23 @@ class TestOneDeadline:
         result = asyncio.run(debate.run("Q?", deadline=Deadline.after(60)))
         assert result.fallback == "timeout: the debate exceeded 0.3 s"
         assert result.timings.deadline_s == 0.3
+
+    def test_a_restored_run_keeps_the_time_it_had_left(self) -> None:
+        debate = Debate("answer", model=SchemaModel(delay=0.5))
+
+        async def go() -> Any:
+            run = debate.start("Q?")
+            run.restore(
+                [],
+                rounds=1,
+                fallback=None,
+                stopped_early=False,
+                deadline_s=10.0,
+                elapsed_s=9.8,
+                started_at=time.time(),
+            )
+            assert run.deadline is not None and run.deadline.remaining_s() <= 0.2
+            await run.play_stage(1, 0)
+            return run.fallback
+
+        assert asyncio.run(go()) == "timeout: the debate exceeded 10 s"

@@ -165,8 +165,8 @@ class DebateRun:
         self._t0 = time.perf_counter() - elapsed_s
         self.result.timings.started_at = started_at
         self.result.timings.deadline_s = deadline_s
-        if deadline_s is not None:
-            self._deadline = asyncio.get_running_loop().time() + max(0.0, deadline_s - elapsed_s)
+        if deadline_s is not None:  # nested under a caller's deadline, as in begin()
+            self.deadline = Deadline.within(max(0.0, deadline_s - elapsed_s), self._given)
         self.result.rounds = [Round(number=n) for n in range(1, rounds + 1)]
         for turn, stage in turns:
             if turn.phase == "judge":
