@@ -28,6 +28,8 @@ def _block_model_requests(request: pytest.FixtureRequest) -> Iterator[None]:
 def _private_run_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """CLI runs record into a store of their own, never into ``./.moot`` of the checkout."""
     monkeypatch.setenv("MOOT_STORE", str(tmp_path_factory.mktemp("store") / "runs.db"))
+    # The same for the response cache of --cache / cache=True.
+    monkeypatch.setenv("MOOT_CACHE", str(tmp_path_factory.mktemp("cache") / "cache.db"))
 
 
 @pytest.fixture

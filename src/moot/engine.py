@@ -18,6 +18,7 @@ from .deadline import Deadline, run_deadline
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
 from .models import Model, resolve_model
+from .models.cache import ResponseCache, open_cache, with_cache
 from .prompting import load_prompt
 from .protocol import Protocol, load_protocol
 from .transcript import DebateResult, Event
@@ -43,6 +44,10 @@ class Debate:
             does, so ``moot runs`` and ``moot view`` show it: a store file, an open
             :class:`~moot.runs.RunStore`, or True for ``$MOOT_STORE`` / ``./.moot/runs.db``.
             None (the default) records nothing.
+        cache: answer each model request from a response cache when it holds the reply
+            (:mod:`moot.models.cache`): a cache file, a
+            :class:`~moot.models.cache.ResponseCache`, or True for ``$MOOT_CACHE`` /
+            ``./.moot/cache.db``. None (the default) sends every request.
 
     Raises:
         ConfigError: invalid protocol, a prompt file that does not exist, or ``role_models``
@@ -57,8 +62,10 @@ class Debate:
         role_models: Mapping[str, str | Model] | None = None,
         overrides: dict[str, Any] | None = None,
         store: str | Path | RunStore | bool | None = None,
+        cache: str | Path | ResponseCache | bool | None = None,
     ) -> None:
         self.protocol = load_protocol(protocol, overrides)
+        self.cache = open_cache(cache)
         self._store_spec = store
         self._store: RunStore | None = None
         self._recorded_in_flight = 0
@@ -94,7 +101,8 @@ class Debate:
         """The model that plays persona ``key`` (resolved and cached on first use)."""
         model = self._models.get(key)
         if model is None:
-            model = self._models[key] = resolve_model(self._role_specs.get(key, self._default_spec))
+            model = resolve_model(self._role_specs.get(key, self._default_spec))
+            model = self._models[key] = with_cache(model, self.cache)
         return model
 
     async def timeout_s(self) -> float | None:

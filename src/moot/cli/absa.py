@@ -33,6 +33,7 @@ from ..errors import UsageError
 from ..models import Model, Usage, default_model_spec, run_with_model
 from ..runs import Recording, recording
 from . import _exit
+from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table, progress_bar
 from ._io import (
     MAX_CONCURRENCY,
@@ -228,11 +229,15 @@ def register(app: typer.Typer) -> None:
                 "recorded as failed with a deadline error (exit 1).",
             ),
         ] = None,
+        cache: CacheOption = False,
+        cache_file: CacheFileOption = None,
+        cache_expiry: CacheExpiryOption = None,
     ) -> int:
         """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
 
         Exit code: 0 complete, 1 a sentence had failed calls or hit --timeout, 2 usage error.
         """
+        apply_cache_options(cache, cache_file, cache_expiry)
         allow_outside(allow_outside_paths)
         if sentence is not None:
             check_text(sentence, "the sentence")

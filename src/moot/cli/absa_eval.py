@@ -34,6 +34,7 @@ from ..errors import UsageError
 from ..models import Usage, default_model_spec, resolve_model, run_with_model
 from ..runs import Recording, recording
 from . import _exit
+from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table, progress_bar
 from ._io import (
     MAX_CONCURRENCY,
@@ -228,8 +229,12 @@ def absa_eval_cmd(
     store: StoreOption = None,
     no_store: NoStoreOption = False,
     allow_outside_paths: AllowOutsideOption = False,
+    cache: CacheOption = False,
+    cache_file: CacheFileOption = None,
+    cache_expiry: CacheExpiryOption = None,
 ) -> None:
     """Aspect-tuple P/R/F1 and sentence-label accuracy, ablations side by side."""
+    apply_cache_options(cache, cache_file, cache_expiry)
     allow_outside(allow_outside_paths)
     console = make_console(stderr=True)
     if out is not None:

@@ -13,6 +13,7 @@ from ..arbitration import DEFAULT_TIMEOUT, SOURCE_AUTHORITY, AgentReport, Arbitr
 from ..errors import UsageError
 from ..runs import recording
 from . import _exit
+from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table
 from ._io import MAX_CONCURRENCY, read_json
 from ._safe import markup
@@ -85,11 +86,15 @@ def register(app: typer.Typer) -> None:
         ] = DEFAULT_TIMEOUT,
         store: StoreOption = None,
         no_store: NoStoreOption = False,
+        cache: CacheOption = False,
+        cache_file: CacheFileOption = None,
+        cache_expiry: CacheExpiryOption = None,
     ) -> int:
         """Detect contradictions between agent reports and arbitrate them into a consensus.
 
         Exit code: 0 complete, 1 a contradiction has no ruling (failed call), 2 usage error.
         """
+        apply_cache_options(cache, cache_file, cache_expiry)
         parsed = load_reports(reports)
         console = make_console(stderr=True, quiet=as_json)
 

@@ -40,6 +40,7 @@ from ..protocol import MAX_TOKENS_PER_CALL
 from ..runs import open_store, recording
 from . import _exit
 from ._bench_store import RECORDED_OPTIONS, RecordingObserver, find_resume, finish_bench, merge_resume
+from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table
 from ._io import MAX_CONCURRENCY, check_output_dir, read_json
 from ._ray_options import RayOption, RayWorkersOption, ray_options
@@ -216,12 +217,16 @@ def bench(
     ray_workers: RayWorkersOption = None,
     store: StoreOption = None,
     no_store: NoStoreOption = False,
+    cache: CacheOption = False,
+    cache_file: CacheFileOption = None,
+    cache_expiry: CacheExpiryOption = None,
 ) -> None:
     """Benchmark methods on a task: accuracy with intervals, cost, flips and paired tests.
 
     Exit codes: 0 complete; 1 incomplete (failed units, --timeout);
     2 usage error (bad option or data, --out in use); 130 Ctrl-C or SIGTERM.
     """
+    apply_cache_options(cache, cache_file, cache_expiry)
     console = make_console(stderr=True)
     given = {f: _given(ctx, f) for f in RECORDED_OPTIONS}
     given["methods"] = any(_given(ctx, f) for f in _METHOD_FLAGS)

@@ -21,6 +21,7 @@ from ..runs import RunStatus, open_store, recording
 from ..runs.recording import debate_config
 from ..transcript import DebateResult, Event, Turn
 from . import _exit
+from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console
 from ._io import (
     AllowOutsideOption,
@@ -369,11 +370,15 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--dry-run", help="Print the prompts round 1 would send; call no model.")
         ] = False,
         allow_outside_paths: AllowOutsideOption = False,
+        cache: CacheOption = False,
+        cache_file: CacheFileOption = None,
+        cache_expiry: CacheExpiryOption = None,
     ) -> int:
         """Run one debate and show it live (or print the result as JSON), or a batch with --input.
 
         Exit code: 0 complete, 1 fell back or had failed calls, 2 usage error.
         """
+        apply_cache_options(cache, cache_file, cache_expiry)
         allow_outside(allow_outside_paths)
         _check_args(topic, initial_answer, out)
         if input_file is not None or output is not None or concurrency is not None:

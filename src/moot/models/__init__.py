@@ -36,6 +36,7 @@ from .base import (
     Usage,
     check_allow_model_requests,
 )
+from .cache import current_cache, with_cache
 from .retry import RetryPolicy, call_model
 from .testing import FunctionModel, ScriptedModel
 
@@ -126,24 +127,23 @@ def resolve_model(spec: str | Model | None) -> Model:
 
     Instances resolved from the same spec are cached for the life of the
     process, so a local model loads once and every debate shares one
-    concurrency gate per endpoint.
+    concurrency gate per endpoint. Inside :func:`moot.models.cache.use_cache` the model
+    answers from that response cache (a :class:`~moot.models.cache.CachedModel` around it).
 
     Raises:
         UnknownProviderError: the provider part is not registered.
         UsageError: the spec is empty.
     """
     if isinstance(spec, Model):
-        return spec
+        return with_cache(spec, current_cache())
     spec = (spec or default_model_spec()).strip()
     if not spec:
         raise UsageError("empty model spec")
     with _LOCK:
-        cached = _CACHE.get(spec)
-        if cached is not None:
-            return cached
-        provider, rest = split_provider(spec)
-        if provider not in _PROVIDERS:
-            raise UnknownProviderError(provider, list(_PROVIDERS))
-        model = _load_factory(_PROVIDERS[provider])(rest)
-        _CACHE[spec] = model
-        return model
+        model = _CACHE.get(spec)
+        if model is None:
+            provider, rest = split_provider(spec)
+            if provider not in _PROVIDERS:
+                raise UnknownProviderError(provider, list(_PROVIDERS))
+            model = _CACHE[spec] = _load_factory(_PROVIDERS[provider])(rest)
+    return with_cache(model, current_cache())

@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "check_allow_model_requests",
     "default_request_timeout",
+    "note_cached_reply",
     "note_extra_request",
     "split_spec_options",
 ]
@@ -132,6 +133,9 @@ class Usage(BaseModel):
     """Completion (output) tokens."""
     attempts: int = 0
     """Requests sent (retries and unanswered ones included; a refused connection sent nothing)."""
+    cached: int = 0
+    """Replies served from a response cache (:mod:`moot.models.cache`): no request was sent, so
+    they count in neither ``calls`` nor ``attempts``."""
 
     @property
     def total_tokens(self) -> int:
@@ -144,6 +148,7 @@ class Usage(BaseModel):
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             attempts=self.attempts + other.attempts,
+            cached=self.cached + other.cached,
         )
 
 
@@ -180,6 +185,17 @@ def note_extra_request() -> None:
     stats = _CURRENT_STATS.get()
     if stats is not None:
         stats.usage.attempts += 1
+
+
+def note_cached_reply() -> None:
+    """Say that the current ``Model.request`` call was answered from a response cache.
+
+    :func:`moot.models.call_model` counts one attempt per ``request()``; a cached reply sent
+    no request, so this takes that attempt back and the server's log still matches.
+    """
+    stats = _CURRENT_STATS.get()
+    if stats is not None:
+        stats.usage.attempts -= 1
 
 
 class ModelRequest(BaseModel):

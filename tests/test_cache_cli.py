@@ -1,0 +1,158 @@
+"""``--cache`` through the command line: a second identical command sends no request."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_server import Fate, FaultServer, schema_reply
+
+from moot import models
+from moot.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+def _varied(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+    """A schema-valid reply whose numbers differ from request to request (as sampling does)."""
+    reply = json.loads(schema_reply(body))
+    rng = random.Random(n)
+    for key, value in reply.items():
+        if isinstance(value, float):
+            reply[key] = round(rng.random(), 3)
+        elif isinstance(value, str) and key in ("answer", "content", "message"):
+            reply[key] = f"{value} {rng.randint(0, 99)}"
+    if "response_format" not in body:  # a bench call: a plain answer
+        return Fate(content=f"The answer is {rng.randint(0, 20)}.")
+    return Fate(content=json.dumps(reply))
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Any:
+    with FaultServer(_varied) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        yield srv
+    # openai:m resolved against this server must not outlive it (models are kept per process).
+    models._CACHE.pop("openai:m", None)
+
+
+def test_moot_run_twice_with_cache(
+    server: FaultServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "run",
+        "Is tea better than coffee?",
+        "--model",
+        "openai:m",
+        "--json",
+        "--cache",
+        "--protocol",
+        "adversarial",
+    ]
+    main(argv)
+    first = json.loads(capsys.readouterr().out)
+    served = server.requests
+    main(argv)
+    second = json.loads(capsys.readouterr().out)
+    assert served > 0 and server.requests == served
+    assert second["final_answer"] == first["final_answer"]
+    assert second["usage"]["calls"] == 0 and second["usage"]["cached"] == first["usage"]["calls"]
+    assert second["decision"] == first["decision"]
+
+
+def test_moot_bench_twice_with_cache_serves_nothing_and_gives_the_same_units(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    def bench(out: Path) -> list[dict[str, Any]]:
+        argv = [
+            "bench", "--task", "arithmetic", "--methods", "single,vote:3,society:3:2", "--n", "20",
+            "--model", "openai:m", "--temperature", "0.7", "--out", str(out), "--no-plots", "--cache",
+        ]  # fmt: skip
+        main(argv)
+        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        keep = ("item_id", "method", "answer", "correct", "parse_failed", "rounds")
+        return sorted(({k: r.get(k) for k in keep} for r in rows), key=lambda r: (r["item_id"], r["method"]))
+
+    first = bench(tmp_path / "a")
+    served = server.requests
+    second = bench(tmp_path / "b")
+    assert served > 0 and server.requests == served
+    assert len(first) == 60 and first == second
+
+
+def test_moot_arbitrate_and_absa_twice_with_cache(
+    server: FaultServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = Path(__file__).parents[1] / "examples" / "inputs" / "reports.json"
+    for argv in (
+        ["arbitrate", str(reports), "--model", "openai:m", "--json", "--cache"],
+        ["absa", "The pasta was great but the waiter was rude.", "--model", "openai:m", "--json", "--cache"],
+    ):
+        main(argv)
+        first = capsys.readouterr().out
+        served = server.requests
+        main(argv)
+        second = capsys.readouterr().out
+        assert served > 0 and server.requests == served, argv[0]
+        assert _without_timings(json.loads(first)) == _without_timings(json.loads(second)), argv[0]
+
+
+def _without_timings(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {
+            k: _without_timings(v)
+            for k, v in data.items()
+            if k not in ("timings", "usage", "id", "run_id", "time") and not k.endswith(("_ms", "_s"))
+        }
+    if isinstance(data, list):
+        return [_without_timings(v) for v in data]
+    return data
+
+
+def test_two_processes_share_one_cache_file(server: FaultServer, tmp_path: Path) -> None:
+    cache = tmp_path / "shared.db"
+    argv = [
+        sys.executable, "-m", "moot", "bench", "--task", "arithmetic", "--methods", "single,vote:3",
+        "--n", "15", "--model", "openai:m", "--temperature", "0.7", "--no-plots", "--cache-file", str(cache),
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen([*argv, "--out", str(tmp_path / f"out{i}")], stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    with sqlite3.connect(cache) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT count(*) FROM replies").fetchone()[0] > 0
+    # Whatever either process stored is whole: a third run finds every reply there.
+    served = server.requests
+    third = subprocess.run(
+        [*argv, "--out", str(tmp_path / "out3")], capture_output=True, text=True, timeout=120
+    )
+    assert third.returncode == 0, third.stderr
+    assert server.requests == served
+
+
+def test_cache_stats_prune_clear(
+    server: FaultServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "c.db"
+    main(["run", "Why?", "--model", "openai:m", "--json", "--cache-file", str(cache)])
+    capsys.readouterr()
+    assert main(["cache", "stats", "--cache-file", str(cache), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["entries"] == server.requests and stats["bytes"] > 0 and stats["models"] == {"openai:m": 5}
+    assert main(["cache", "prune", "--older-than", "1d", "--cache-file", str(cache)]) == 0
+    assert "removed 0 entries" in capsys.readouterr().out
+    assert main(["cache", "clear", "--yes", "--cache-file", str(cache)]) == 0
+    assert "removed 5 entries" in capsys.readouterr().out
+    assert main(["cache", "stats", "--cache-file", str(tmp_path / "none.db")]) == 2
+    assert main(["run", "Why?", "--model", "openai:m", "--cache", "--cache-expiry", "soon"]) == 2
+    assert "not an age" in capsys.readouterr().err
