@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_server import Fate, FaultServer, schema_reply
 
+from fault_server import Fate, FaultServer, schema_reply
 from moot import models
 from moot.cli import main
 
