@@ -19,6 +19,8 @@ def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFix
     rows = json.loads(capsys.readouterr().out)
     assert [r["id"] for r in rows] == list(reversed(filled.values()))  # newest first
     assert {r["status"] for r in rows} == {"complete", "fell_back"}
+    titles = {r["id"]: r["title"] for r in rows}
+    assert titles[filled["bench_a"]] == "arithmetic · single, society:3:2 · n=6"  # task, methods, n
     assert main(["runs", "list", "--kind", "bench", "--json"]) == 0
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["bench_b"], filled["bench_a"]]
     assert main(["runs", "list", "--status", "fell_back", "--model", "fillbad", "--json"]) == 0
@@ -26,6 +28,14 @@ def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFix
     assert main(["runs", "list", "--limit", "2"]) == 0
     table = capsys.readouterr().out
     assert filled["bench_b"][:8] in table and filled["debate"][:8] not in table and "wall" in table
+    assert "showing 2 of 7 (1-2; next: --offset 2; --limit 2 per page)" in table
+    assert main(["runs", "list", "--limit", "2", "--offset", "6"]) == 0
+    last = capsys.readouterr().out
+    assert filled["debate"][:8] in last and "showing 1 of 7 (7-7; --limit 2 per page)" in last
+    assert main(["runs", "list"]) == 0 and "showing 7 of 7\n" in capsys.readouterr().out
+    # --search finds words said only inside a turn (the critic's reply), not in any title
+    assert main(["runs", "list", "--search", "disagree", "--json"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["debate"]]
 
 
 def test_show_replays_a_debate_like_moot_run(

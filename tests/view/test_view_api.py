@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -34,10 +35,36 @@ def test_run_list_filters_search_and_sort(client: TestClient, filled: dict[str, 
     found = client.get("/", params={"q": "tests first"}).text
     assert filled["debate"] in found and filled["fallback"] not in found
     by_score = client.get("/api/runs", params={"sort": "score", "kind": "bench"}).json()
-    assert by_score[0]["score"] >= by_score[1]["score"]
-    assert [r["id"] for r in client.get("/api/runs", params={"status": "fell_back"}).json()] == [
+    assert by_score["total"] == 2 and by_score["runs"][0]["score"] >= by_score["runs"][1]["score"]
+    assert [r["id"] for r in client.get("/api/runs", params={"status": "fell_back"}).json()["runs"]] == [
         filled["fallback"]
     ]
+    # Words found only inside a turn (the critic's reply), never in a title.
+    inside = client.get("/api/runs", params={"q": "disagree"}).json()
+    assert [r["id"] for r in inside["runs"]] == [filled["debate"]] and inside["total"] == 1
+    assert filled["debate"] in client.get("/", params={"q": "disagree"}).text
+    protocols = {r["id"]: r["protocol"] for r in client.get("/api/runs").json()["runs"]}
+    assert protocols[filled["bench_a"]] == "single, society:3:2" and protocols[filled["debate"]]
+
+
+def test_list_page_and_api_page_through_runs(tmp_path: Path) -> None:
+    path = tmp_path / "many.db"
+    with RunStore(path) as store:
+        ids = [store.create_run("run", title=f"topic number {i}", model="m") for i in range(120)]
+        store.update(ids[0], status="complete")
+    client = TestClient(create_app(path), base_url=LOCAL)
+    first = client.get("/api/runs").json()
+    assert first["total"] == 120 and first["limit"] == 50 and len(first["runs"]) == 50
+    seen = [r["id"] for r in first["runs"]]
+    for offset in (50, 100):
+        seen += [r["id"] for r in client.get("/api/runs", params={"offset": offset}).json()["runs"]]
+    assert sorted(seen) == sorted(ids)
+    page = client.get("/").text
+    assert "showing 1–50 of 120" in page and 'href="/?offset=50"' in page and "newer" not in page
+    last = client.get("/", params={"offset": 100, "kind": "run"}).text
+    assert "showing 101–120 of 120" in last and 'href="/?kind=run&amp;offset=50"' in last
+    assert "older ›" not in last
+    assert client.get("/api/runs", params={"limit": 10_000}).json()["limit"] == 500
 
 
 def test_debate_page_shows_timeline_decision_and_escapes_model_output(
@@ -214,7 +241,7 @@ def test_moot_view_serves_the_store_until_stopped(filled: dict[str, str]) -> Non
             except OSError:
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
                 time.sleep(0.2)
-        assert filled["debate"] in body
+        assert filled["debate"] in {r["id"] for r in json.loads(body)["runs"]}
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=20)
@@ -222,3 +249,31 @@ def test_moot_view_serves_the_store_until_stopped(filled: dict[str, str]) -> Non
         err = proc.stderr.read()
         proc.stderr.close()
     assert f"127.0.0.1:{port}" in err and "Traceback" not in err
+
+
+def test_a_running_run_lists_the_calls_and_tokens_stored_so_far(tmp_path: Path) -> None:
+    from moot.models.base import Usage
+    from moot.transcript import Event, Turn
+
+    path = tmp_path / "live.db"
+    with RunStore(path) as store:
+        with recording("run", title="in progress", store=store) as rec:
+            for speaker in ("a", "b"):
+                turn = Turn(
+                    speaker=speaker,
+                    round=1,
+                    content={"message": "hi"},
+                    usage=Usage(calls=1, prompt_tokens=100, completion_tokens=20),
+                )
+                rec.on_event(Event(kind="turn_completed", round=1, speaker=speaker, turn=turn))
+            bench = store.create_run("bench", title="arithmetic")
+            unit = {"item_id": "i1", "calls": 3, "prompt_tokens": 30, "completion_tokens": 6}
+            store.put_item(bench, "i1", "vote:3", json.dumps(unit))
+            rec.flush()
+            rows = {
+                r["id"]: r
+                for r in TestClient(create_app(path), base_url=LOCAL).get("/api/runs").json()["runs"]
+            }
+            assert rows[rec.run_id]["usage"]["calls"] == 2
+            assert rows[rec.run_id]["usage"]["prompt_tokens"] == 200
+            assert rows[bench]["usage"]["calls"] == 3 and rows[bench]["usage"]["completion_tokens"] == 6

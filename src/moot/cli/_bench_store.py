@@ -20,7 +20,22 @@ from ..errors import UsageError
 from ..models.base import Usage
 from ..runs import Recording, RunStore
 
-__all__ = ["RECORDED_OPTIONS", "RecordingObserver", "Resumed", "finish_bench", "find_resume", "merge_resume"]
+__all__ = [
+    "RECORDED_OPTIONS",
+    "RecordingObserver",
+    "Resumed",
+    "bench_title",
+    "finish_bench",
+    "find_resume",
+    "merge_resume",
+]
+
+
+def bench_title(config: BenchConfig) -> str:
+    """A bench run's title in lists: task, methods and sample size (``arithmetic · single, vote:3 · n=6``)."""
+    n = "all" if config.n is None else str(config.n)
+    return f"{config.task} · {', '.join(config.methods)} · n={n}"
+
 
 RECORDED_OPTIONS = {
     "task": "task",
@@ -160,6 +175,7 @@ def finish_bench(rec: Recording, run: BenchRun) -> None:
     if run.workers:  # units run on Ray workers: how many each did, and which died
         summary["workers"] = run.workers
     missing = expected - len(run.records)
+    rec.update(title=bench_title(run.config))  # a resume may have added methods or items
     rec.finish(
         status="complete" if run.complete else "failed",
         usage=usage,

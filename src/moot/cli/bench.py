@@ -39,7 +39,14 @@ from ..models import run_with_model
 from ..protocol import MAX_TOKENS_PER_CALL
 from ..runs import open_store, recording
 from . import _exit
-from ._bench_store import RECORDED_OPTIONS, RecordingObserver, find_resume, finish_bench, merge_resume
+from ._bench_store import (
+    RECORDED_OPTIONS,
+    RecordingObserver,
+    bench_title,
+    find_resume,
+    finish_bench,
+    merge_resume,
+)
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table
 from ._io import MAX_CONCURRENCY, check_output_dir, read_json
@@ -279,7 +286,7 @@ def bench(
         with (
             recording(
                 "bench",
-                title=config.task,
+                title=bench_title(config),
                 model=config.model,
                 config=recorded,
                 store=target,

@@ -2,7 +2,7 @@
 
 ::
 
-    moot runs list [--kind K] [--status S] [--model M] [--limit N] [--json]
+    moot runs list [--kind K] [--status S] [--model M] [--search WORDS] [--limit N] [--offset N] [--json]
     moot runs show ID [--json]          # the same rendering `moot run` prints live
     moot runs export ID [--format json|jsonl]
     moot runs rm ID
@@ -64,14 +64,23 @@ def list_cmd(
         str | None, typer.Option(help="running, complete, fell_back, failed or interrupted.")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model spec contains this text.")] = None,
-    search: Annotated[str | None, typer.Option(help="Topic, sentence or task contains this text.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most N runs.")] = 50,
+    search: Annotated[
+        str | None,
+        typer.Option(help="Runs holding every word of this in their title, turns, prompts or items."),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most N runs.")] = 50,
+    offset: Annotated[int, typer.Option(min=0, help="Skip the first N runs (the next page).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array of runs.")] = False,
     store: StoreOption = None,
 ) -> None:
-    """Runs, newest first: id, kind, title, model, status, calls, tokens, wall time."""
+    """Runs, newest first: id, kind, title, model, status, calls, tokens, wall time; 50 at a time."""
+    filters: dict[str, Any] = {"kind": kind, "status": status, "model": model, "search": search}
     with _open(store) as opened:
-        runs = opened.list(kind=kind, status=status, model=model, search=search, limit=limit)
+        runs = opened.list(**filters, limit=limit, offset=offset)
+        total = opened.count(**filters)
+        for r in runs:
+            if r.status == "running":  # its row has usage only at the end: what is stored so far
+                r.usage = opened.live_usage(r.id)
     if as_json:
         typer.echo(json.dumps([_row_json(r) for r in runs], ensure_ascii=False))
         return
@@ -90,7 +99,21 @@ def list_cmd(
             _wall(r),
             "-" if r.score is None else f"{r.score:.3f}",
         )
-    print_table(_console(), table, drop=("score", "wall", "tokens", "started", "kind"))
+    console = _console()
+    print_table(console, table, drop=("score", "wall", "tokens", "started", "kind"))
+    console.print(_showing(offset, len(runs), total, limit), markup=False, highlight=False)
+
+
+def _showing(offset: int, shown: int, total: int, limit: int) -> str:
+    """``showing 50 of 3,000 (1-50; next: --offset 50)``: where this page sits among the matches."""
+    if not shown:
+        return f"showing 0 of {total:,}" + (f" (--offset {offset} is past the end)" if total else "")
+    line = f"showing {shown:,} of {total:,}"
+    if shown < total:
+        line += f" ({offset + 1:,}-{offset + shown:,}"
+        line += f"; next: --offset {offset + shown}" if offset + shown < total else ""
+        line += f"; --limit {limit} per page)"
+    return line
 
 
 def _show_debate(opened: RunStore, record: RunRecord, console: Console) -> None:

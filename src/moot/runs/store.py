@@ -562,3 +562,20 @@ class RunStore:
         ev = self._execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?", (run_id,)).fetchone()
         it = self._execute("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()
         return int(ev[0]), int(it[0])
+
+    def live_usage(self, run_id: str) -> Usage:
+        """Calls and tokens recorded so far by a run still going (its row has them only at the end).
+
+        The sum of every stored turn's usage (``turn.usage`` of an event) and every item's
+        (``calls``/``prompt_tokens``/``completion_tokens`` of a bench unit, ``result.usage`` of
+        an ABSA sentence): what the store holds, as a finished run would count it.
+        """
+        totals = [0, 0, 0]
+        for table, paths in (("events", ("$.turn.usage.",)), ("items", ("$.", "$.result.usage."))):
+            fields = ", ".join(
+                "SUM(COALESCE(" + ", ".join(f"json_extract(data, '{p}{name}')" for p in paths) + ", 0))"
+                for name in ("calls", "prompt_tokens", "completion_tokens")
+            )
+            row = self._execute(f"SELECT {fields} FROM {table} WHERE run_id = ?", (run_id,)).fetchone()
+            totals = [t + int(v or 0) for t, v in zip(totals, row, strict=True)]
+        return Usage(calls=totals[0], prompt_tokens=totals[1], completion_tokens=totals[2])

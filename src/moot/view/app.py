@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
@@ -112,6 +113,20 @@ def create_app(store_path: str | Path, *, token: str | None = None, host: str = 
 
 
 _SORTS: dict[str, Literal["time", "cost", "score"]] = {"time": "time", "cost": "cost", "score": "score"}
+PAGE = 50
+"""Runs per page of the list page and of ``/api/runs`` unless ``limit`` says otherwise."""
+MAX_PAGE = 500
+"""The most runs one page or API answer holds."""
+
+
+def _row(store: RunStore, record: RunRecord) -> dict[str, Any]:
+    """A list row: the record without its result, with its wall time, protocol and (running) live usage."""
+    if record.status == "running":
+        record.usage = store.live_usage(record.id)
+    return record.model_dump(mode="json", exclude={"result"}) | {
+        "wall_s": record.wall_s,
+        "protocol": shape.protocol_of(record),
+    }
 
 
 def _list(
@@ -122,17 +137,19 @@ def _list(
     model: str | None,
     q: str | None,
     sort: str,
-    limit: int | None = None,
-) -> list[dict[str, Any]]:
-    found = store.list(
-        kind=kind or None,
-        status=status or None,
-        model=model or None,
-        search=q or None,
-        limit=limit,
-        sort=_SORTS.get(sort, "time"),
-    )
-    return [r.model_dump(mode="json", exclude={"result"}) | {"wall_s": r.wall_s} for r in found]
+    limit: int = PAGE,
+    offset: int = 0,
+) -> tuple[list[dict[str, Any]], int]:
+    """One page of runs as list rows, and how many runs match in all."""
+    filters: dict[str, Any] = {
+        "kind": kind or None,
+        "status": status or None,
+        "model": model or None,
+        "search": q or None,
+    }
+    limit, offset = min(max(limit, 1), MAX_PAGE), max(offset, 0)
+    found = store.list(**filters, limit=limit, offset=offset, sort=_SORTS.get(sort, "time"))
+    return [_row(store, r) for r in found], store.count(**filters)
 
 
 def _getter(store: RunStore) -> Callable[[str], RunRecord]:
@@ -157,10 +174,19 @@ def _api(app: FastAPI, store: RunStore) -> None:
         model: str | None = None,
         q: str | None = None,
         sort: str = "time",
-        limit: int = 500,
-    ) -> list[dict[str, Any]]:
-        """Runs, newest first (``sort``: time, cost or score), filtered like ``moot runs list``."""
-        return _list(store, kind=kind, status=status, model=model, q=q, sort=sort, limit=limit)
+        limit: int = PAGE,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """A page of runs, newest first (``sort``: time, cost or score), filtered like ``moot runs list``.
+
+        ``q`` finds runs holding every word of it in their title, turns, prompts or items.
+        The answer: ``{"total": runs matching, "offset", "limit", "runs": [...]}``; ``limit``
+        is at most 500; the next page starts at ``offset + limit`` while that is below ``total``.
+        """
+        runs, total = _list(
+            store, kind=kind, status=status, model=model, q=q, sort=sort, limit=limit, offset=offset
+        )
+        return {"total": total, "offset": max(offset, 0), "limit": min(max(limit, 1), MAX_PAGE), "runs": runs}
 
     @app.get("/api/runs/{run_id}")
     def api_run(run_id: str) -> dict[str, Any]:
@@ -237,9 +263,9 @@ def _pages(app: FastAPI, store: RunStore, templates: Jinja2Templates) -> None:
         model: str | None = None,
         q: str | None = None,
         sort: str = "time",
+        offset: int = 0,
     ) -> HTMLResponse:
-        runs = _list(store, kind=kind, status=status, model=model, q=q, sort=sort)
-        models = sorted({r.model for r in store.list()})
+        runs, total = _list(store, kind=kind, status=status, model=model, q=q, sort=sort, offset=offset)
         filters = {
             "kind": kind or "",
             "status": status or "",
@@ -248,7 +274,14 @@ def _pages(app: FastAPI, store: RunStore, templates: Jinja2Templates) -> None:
             "sort": sort,
         }
         return page(
-            request, "runs.html", runs=runs, filters=filters, kinds=_KINDS, statuses=_STATUSES, models=models
+            request,
+            "runs.html",
+            runs=runs,
+            filters=filters,
+            kinds=_KINDS,
+            statuses=_STATUSES,
+            models=store.models(),
+            pager=_pager(filters, max(offset, 0), len(runs), total),
         )
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -282,6 +315,21 @@ def _pages(app: FastAPI, store: RunStore, templates: Jinja2Templates) -> None:
         except UsageError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
         return page(request, "compare.html", cmp=cmp)
+
+
+def _pager(filters: dict[str, str], offset: int, shown: int, total: int) -> dict[str, Any]:
+    """``showing`` text and the links to the newer and older pages (None at either end)."""
+    kept = {k: v for k, v in filters.items() if v and not (k == "sort" and v == "time")}
+
+    def link(at: int) -> str:
+        return "/?" + urlencode(kept | ({"offset": at} if at else {}))
+
+    first = offset + 1 if shown else 0
+    return {
+        "showing": f"showing {first:,}–{offset + shown:,} of {total:,}" if shown else f"none of {total:,}",
+        "newer": link(max(offset - PAGE, 0)) if offset > 0 else None,
+        "older": link(offset + PAGE) if offset + shown < total else None,
+    }
 
 
 def _run_context(store: RunStore, record: RunRecord) -> dict[str, Any]:

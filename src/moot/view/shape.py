@@ -23,7 +23,26 @@ __all__ = [
     "bench_items",
     "debate_view",
     "highlight",
+    "protocol_of",
 ]
+
+
+def protocol_of(record: RunRecord) -> str:
+    """What ran, for the list's protocol column: a debate's protocol, a bench's methods, an ABSA mode."""
+    cfg = record.config
+    if record.kind == "run":
+        protocol = cfg.get("protocol")
+        return str(protocol.get("name", "")) if isinstance(protocol, dict) else ""
+    if record.kind == "bench":
+        methods = cfg.get("methods")
+        return ", ".join(map(str, methods)) if isinstance(methods, list) else ""
+    if record.kind == "absa":
+        inner = cfg.get("config")
+        return str(inner.get("mode", "")) if isinstance(inner, dict) else ""
+    if record.kind == "absa-eval":
+        configs = cfg.get("configs")
+        return ", ".join(map(str, configs)) if isinstance(configs, dict) else ""
+    return ""
 
 
 @dataclass
