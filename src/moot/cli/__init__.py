@@ -24,6 +24,7 @@ import typer
 from .. import __version__
 from ..errors import MootError, UsageError
 from ..gctune import tuned_gc, tuning_wanted
+from ..tracing import install_from_env
 from ._ray_options import default_ray_address
 from .run import register as _register_run
 
@@ -84,7 +85,20 @@ def _internal_error(exc: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``moot`` console script; returns the exit code."""
+    """Entry point of the ``moot`` console script; returns the exit code.
+
+    With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, the run is traced (:func:`moot.tracing.install_from_env`)
+    and its spans are flushed before the exit, Ctrl-C included.
+    """
+    flush = install_from_env()
+    try:
+        return _main(argv)
+    finally:
+        if flush is not None:
+            flush()
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         # A context of its own: what a command sets in context variables (--allow-outside-paths) ends with it.
         # The collector set for many calls in flight (moot.gctune): ~20% less CPU per model call.

@@ -1,0 +1,278 @@
+"""OpenTelemetry spans from a debate's events, read back with the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from engine_helpers import ans
+from moot import Debate, FunctionModel, ModelRequest, ScriptedModel
+from moot.errors import ModelHTTPError
+from moot.models import base
+from moot.protocol import preset_names
+from moot.tracing import CAPTURE_ENV, DebateTracer, active_tracer, model_name, provider_name
+
+
+@pytest.fixture
+def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+def _by_op(finished: tuple[ReadableSpan, ...]) -> dict[str, list[ReadableSpan]]:
+    out: dict[str, list[ReadableSpan]] = {}
+    for s in finished:
+        out.setdefault(str((s.attributes or {})["gen_ai.operation.name"]), []).append(s)
+    return out
+
+
+def _all_text(finished: tuple[ReadableSpan, ...]) -> str:
+    """Every name, attribute and event of every span, as one string (to search for leaks)."""
+    parts = []
+    for s in finished:
+        parts.append(s.name + json.dumps(dict(s.attributes or {}), default=str))
+        for e in s.events:
+            parts.append(e.name + json.dumps(dict(e.attributes or {}), default=str))
+        parts.append(str(s.status.description))
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_span_tree_per_preset(preset: str, spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = spans
+    tracer = DebateTracer(provider.get_tracer("moot"), capture=False)
+    result = Debate(preset, model="test").run_sync("Is the service fast?", on_event=tracer.on_event)
+    ops = _by_op(exporter.get_finished_spans())
+    assert set(ops) == {"invoke_workflow", "invoke_agent", "chat"}
+    (root,) = ops["invoke_workflow"]
+    turns = result.turns(include_judge=True)
+    assert len(ops["invoke_agent"]) == len(turns) and len(ops["chat"]) == result.usage.calls
+    assert root.parent is None and root.name == f"invoke_workflow {result.protocol}"
+    attrs = root.attributes or {}
+    assert attrs["gen_ai.conversation.id"] == result.id and attrs["gen_ai.workflow.name"] == preset
+    assert attrs["moot.status"] == ("fell_back" if result.fallback else "complete")
+    if result.decision is not None and result.decision.label is not None:
+        assert attrs["moot.decision.label"] == result.decision.label
+    agents = {s.context.span_id: s for s in ops["invoke_agent"]}
+    for agent in agents.values():
+        assert agent.parent is not None and agent.parent.span_id == root.context.span_id
+        a = agent.attributes or {}
+        assert agent.name == f"invoke_agent {a['gen_ai.agent.name']}" and a["moot.phase"] in (
+            "turn",
+            "moderator",
+            "judge",
+        )
+        assert a["gen_ai.provider.name"] == "moot.test"
+    seen = Counter(
+        (str((s.attributes or {})["gen_ai.agent.name"]), (s.attributes or {})["moot.ok"])
+        for s in agents.values()
+    )
+    assert seen == Counter((t.speaker, t.ok) for t in turns)
+    for chat in ops["chat"]:
+        assert chat.parent is not None and chat.parent.span_id in agents
+        c = chat.attributes or {}
+        assert chat.name == "chat schema" and chat.kind == trace.SpanKind.CLIENT
+        assert c["gen_ai.request.model"] == c["gen_ai.response.model"] == "schema"
+        assert c["gen_ai.usage.input_tokens"] > 0 and c["gen_ai.response.finish_reasons"] == ("stop",)
+        assert "gen_ai.request.max_tokens" in c
+    tokens = sum(int((s.attributes or {})["gen_ai.usage.input_tokens"]) for s in ops["chat"])
+    assert tokens == result.usage.prompt_tokens
+    # a verdict is an evaluation event on the run's span
+    evals = [e for e in root.events if e.name == "gen_ai.evaluation.result"]
+    judged = [t for t in turns if t.phase in ("judge", "moderator") and t.ok]
+    assert len(evals) == len(judged)
+    assert tracer.open_runs == 0
+
+
+def test_concurrent_turns_are_siblings_and_overlap(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = spans
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    model = ScriptedModel(
+        {"affirmative": [ans("a"), ans("b")], "critical": [ans("c"), ans("d")], "synthesizer": [ans("e")]},
+        delay=0.05,
+    )
+
+    def synth(req: ModelRequest) -> object:
+        return {"final_answer": "x", "citations": [], "confidence": 0.9}
+
+    debate = Debate("answer", model=model, role_models={"synthesizer": FunctionModel(synth)})
+    debate.run_sync("q", on_event=tracer.on_event)
+    ops = _by_op(exporter.get_finished_spans())
+    round1 = [
+        s
+        for s in ops["invoke_agent"]
+        if (s.attributes or {})["moot.round"] == 1 and "judge" != ((s.attributes or {})["moot.phase"])
+    ]
+    assert len(round1) == 2 and len({s.parent.span_id for s in round1 if s.parent}) == 1
+    a, b = round1
+    assert a.start_time is not None and b.end_time is not None and b.start_time is not None
+    assert a.start_time < b.end_time and b.start_time < (a.end_time or 0)  # they ran at once
+
+
+def test_failed_turn_retries_and_repair(spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = spans
+    busy = {"n": 0}
+
+    def fn(req: ModelRequest) -> object:
+        who, rnd = req.metadata["speaker"], req.metadata["round"]
+        if who == "affirmative" and rnd == 1 and busy["n"] < 2:
+            busy["n"] += 1
+            raise ModelHTTPError(429, "slow down", model="test:function", retry_after=0)
+        if who == "critical" and rnd == 1 and req.metadata["attempt"] == 0:
+            return "no json here"
+        if who == "critical" and rnd == 2:
+            raise ModelHTTPError(400, "bad request body with SECRET-BODY", model="test:function")
+        if who == "synthesizer":
+            return {"final_answer": "x", "citations": [], "confidence": 0.9}
+        return ans("fine")
+
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    result = Debate("answer", model=FunctionModel(fn), overrides={"on_turn_failure": "continue"}).run_sync(
+        "q", on_event=tracer.on_event
+    )
+    assert result.failed_turns == 1
+    finished = exporter.get_finished_spans()
+    ops = _by_op(finished)
+    retried = [s for s in ops["chat"] if any(e.name == "moot.retry" for e in s.events)]
+    assert len(retried) == 1
+    events = [e for e in retried[0].events if e.name == "moot.retry"]
+    assert [(e.attributes or {})["http.response.status_code"] for e in events] == [429, 429]
+    assert (retried[0].attributes or {})["moot.requests_sent"] == 3
+    repaired = [s for s in ops["invoke_agent"] if any(e.name == "moot.repair" for e in s.events)]
+    assert len(repaired) == 1 and (repaired[0].attributes or {})["moot.repaired"] is True
+    invalid = [s for s in ops["chat"] if (s.attributes or {}).get("error.type") == "invalid_output"]
+    assert len(invalid) == 1
+    failed = [s for s in ops["invoke_agent"] if (s.attributes or {}).get("moot.ok") is False]
+    assert len(failed) == 1 and (failed[0].attributes or {})["error.type"] == "ModelHTTPError"
+    assert failed[0].status.status_code == trace.StatusCode.ERROR
+    assert "SECRET-BODY" not in _all_text(finished)  # an error's message never reaches a span
+    assert len(ops["chat"]) == result.usage.calls + 1  # the refused request has a span too
+
+
+def test_fallback_marks_the_run(spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = spans
+    model = ScriptedModel({"*": [ModelHTTPError(400, "no", model="m")] * 4})
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    result = Debate("answer", model=model).run_sync("q", initial_answer="kept", on_event=tracer.on_event)
+    assert result.fallback
+    (root,) = _by_op(exporter.get_finished_spans())["invoke_workflow"]
+    assert (root.attributes or {})["moot.status"] == "fell_back"
+    assert (root.attributes or {})["error.type"] == "turn_failed"
+    assert root.status.status_code == trace.StatusCode.ERROR
+
+
+def test_skipped_run_is_one_span(spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = spans
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    Debate("answer", model="test").run_sync(
+        "q", initial_answer="a", debate_mode=False, on_event=tracer.on_event
+    )
+    (root,) = exporter.get_finished_spans()
+    assert (root.attributes or {})["moot.status"] == "skipped"
+
+
+SECRET_TOPIC = "TOPIC-TEXT-7d1f"
+SECRET_CONTEXT = "CONTEXT-TEXT-9a2b"
+
+
+def test_content_off_by_default(spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch) -> None:
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    provider, exporter = spans
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    assert tracer.capture is False
+    Debate("adversarial", model="test").run_sync(
+        SECRET_TOPIC, context={"doc": SECRET_CONTEXT}, on_event=tracer.on_event
+    )
+    text = _all_text(exporter.get_finished_spans())
+    assert SECRET_TOPIC not in text and SECRET_CONTEXT not in text
+    assert "gen_ai.input.messages" not in text and "gen_ai.output.messages" not in text
+
+
+def test_content_on_with_the_convention_variable(
+    spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch
+) -> None:
+    monkeypatch.setenv(CAPTURE_ENV, "true")
+    provider, exporter = spans
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    assert tracer.capture is True
+    Debate("answer", model="test").run_sync(
+        SECRET_TOPIC, context={"doc": SECRET_CONTEXT}, on_event=tracer.on_event
+    )
+    ops = _by_op(exporter.get_finished_spans())
+    chat = ops["chat"][0].attributes or {}
+    sent = json.loads(str(chat["gen_ai.input.messages"]))
+    assert sent[0]["role"] == "system" and sent[0]["parts"][0]["type"] == "text"
+    assert SECRET_TOPIC in json.dumps(sent) and SECRET_CONTEXT in json.dumps(sent)
+    assert json.loads(str(chat["gen_ai.output.messages"]))[0]["finish_reason"] == "stop"
+    assert (ops["invoke_workflow"][0].attributes or {})["moot.topic"] == SECRET_TOPIC
+
+
+def test_no_secret_in_any_span(spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch) -> None:
+    # An OpenAI-compatible endpoint with credentials in its URL and a key from the environment: the
+    # request fails at once (nothing listens), with content capture on; no span holds either secret.
+    monkeypatch.setenv(CAPTURE_ENV, "true")
+    monkeypatch.setenv("MY_SECRET_KEY", "sk-KEY-0123456789")
+    monkeypatch.setenv("MOOT_REQUEST_TIMEOUT", "2")
+    monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)  # to 127.0.0.1 only, where nothing listens
+    provider, exporter = spans
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    spec = "openai:m?base_url=http://user:URL-PASSWORD-42@127.0.0.1:9/v1&api_key_env=MY_SECRET_KEY"
+    result = Debate("answer", model=spec, overrides={"retry": {"max_retries": 0}}).run_sync(
+        "q", on_event=tracer.on_event
+    )
+    assert result.fallback
+    finished = exporter.get_finished_spans()
+    text = _all_text(finished)
+    assert "URL-PASSWORD-42" not in text and "sk-KEY-0123456789" not in text and "user:" not in text
+    chats = _by_op(finished)["chat"]
+    assert chats and all((s.attributes or {})["server.address"] == "127.0.0.1" for s in chats)
+    assert all((s.attributes or {})["server.port"] == 9 for s in chats)
+
+
+def test_nests_under_the_callers_span(spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = spans
+    otel = provider.get_tracer("app")
+    tracer = DebateTracer(provider.get_tracer("moot"))
+
+    async def node() -> None:  # e.g. a LangGraph node or a web request handler
+        with otel.start_as_current_span("caller"):
+            await Debate("answer", model="test").run("q", on_event=tracer.on_event)
+            async for _ in Debate("answer", model="test").stream("q2"):
+                pass
+
+    asyncio.run(node())
+    finished = exporter.get_finished_spans()
+    (caller,) = [s for s in finished if s.name == "caller"]
+    (root,) = _by_op(tuple(s for s in finished if s.name != "caller"))["invoke_workflow"]
+    assert root.parent is not None and root.parent.span_id == caller.context.span_id
+    assert root.context.trace_id == caller.context.trace_id
+    # the caller's current span is untouched after the run
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_model_spec_names() -> None:
+    assert provider_name("openai:gpt-4o?base_url=http://x") == "openai"
+    assert model_name("openai:gpt-4o?base_url=http://x") == "gpt-4o"
+    assert provider_name("local") == "moot.local" and model_name("anthropic:claude") == "claude"
+
+
+def test_no_provider_no_tracer() -> None:
+    # The global provider is never set in this process: moot traces nothing and builds nothing.
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    assert active_tracer() is None
