@@ -1,4 +1,4 @@
-"""The CLI follows OpenTelemetry's environment: a provider from OTEL_* variables, one warning without the extra."""
+"""The CLI follows OpenTelemetry's environment: a provider from OTEL_* variables, or one warning."""
 
 from __future__ import annotations
 
