@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 
+from . import app as _app  # noqa: F401  (registers the run store's recorder: moot.observe)
+from ._version import __version__
 from .engine import Debate, DebateRun, EventCallback
 from .errors import (
     BudgetExceeded,
@@ -38,8 +40,6 @@ from .models import FunctionModel, Model, ModelRequest, ModelResponse, ScriptedM
 from .protocol import Protocol, load_protocol, presets
 from .structured import ask
 from .transcript import DebateResult, Decision, Event, Persona, Round, Turn
-
-__version__ = "0.1.0"
 
 # Failed turns and backend errors are logged under "moot" (they are in the results too); a
 # library stays quiet unless the application configures logging, so no stray stderr lines.

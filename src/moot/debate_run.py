@@ -5,6 +5,11 @@ such as LangGraph can drive them one node at a time
 (:mod:`moot.integrations.langgraph`) and gets the same calls, prompts, events,
 budgets, timeout and fallback.
 
+The run is observed (:mod:`moot.observe`): :meth:`DebateRun.begin` (or :meth:`DebateRun.skip`)
+attaches the observers the debate's options ask for (``store=``: the recorder), every event reaches
+them before ``on_event``, and :meth:`DebateRun.finish` tells them the end (``complete``,
+``fell_back``, ``skipped``); :meth:`DebateRun.execute` tells them a failure or a cancellation.
+
 Every step runs under the run's one deadline and never raises for run-time
 failures: a timeout, an exhausted budget, a failed turn under
 ``on_turn_failure: fallback`` or an unreachable backend records the first
@@ -21,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from . import consensus
+from . import consensus, observe
 from ._ids import new_id
 from .deadline import Deadline, timeout_scope
 from .errors import BudgetExceeded, ModelError
@@ -70,6 +75,8 @@ class DebateRun:
         self.debate = debate
         self.protocol: Protocol = debate.protocol
         self.topic = topic
+        self.context = context
+        """The shared context as given (recorded in the run's config)."""
         self.context_json = render_context(context)
         self.initial_answer = initial_answer
         self.on_event = on_event
@@ -91,15 +98,49 @@ class DebateRun:
         self._t0 = 0.0
         self._stage_of: dict[int, int] = {}  # id(turn) -> stage index within its round
         self._unreported: list[Turn] = []  # cancelled turns whose completion event is still due
+        self.debate_mode = True
+        """False when the run was asked to skip the debate (recorded in the run's config)."""
+        self.observed: observe.RunHandle | None = None
+        """The run's observers, attached by :meth:`begin` or :meth:`skip` (None before)."""
 
     # -- events and budget ------------------------------------------------------------------
     async def emit(self, kind: EventKind, **fields: Any) -> None:
-        """Deliver one event to the callback, if any."""
+        """Deliver one event to the run's observers, then to the callback, if any."""
+        handle = self.observed
+        listened = handle is not None and handle.listened
+        if self.on_event is None and not listened:
+            return
+        event = Event(kind=kind, debate_id=self.id, time=time.time(), **fields)
+        if listened:
+            assert handle is not None
+            handle.emit(event)  # observers first: an error in the caller's callback loses nothing
         if self.on_event is None:
             return
-        out = self.on_event(Event(kind=kind, debate_id=self.id, time=time.time(), **fields))
+        out = self.on_event(event)
         if inspect.isawaitable(out):
             await out
+
+    @property
+    def listened(self) -> bool:
+        """True when someone receives this run's events (an observer or the ``on_event`` callback)."""
+        return self.on_event is not None or (self.observed is not None and self.observed.listened)
+
+    def observe(self) -> observe.RunHandle:
+        """Attach the run's observers now (once; :meth:`begin` and :meth:`skip` do it)."""
+        if self.observed is None:
+            start = self.debate.run_start(
+                self.topic,
+                context=self.context,
+                initial_answer=self.initial_answer,
+                debate_mode=self.debate_mode,
+            )
+            self.observed = observe.open_run(start, **self.debate.observe_options)
+        return self.observed
+
+    def fail(self, exc: BaseException) -> None:
+        """Tell the run's observers that ``exc`` ended the run (interrupted or failed)."""
+        if self.observed is not None:
+            self.observed.fail(exc)
 
     def _before_call(self) -> None:
         budget = self.protocol.budget
@@ -133,7 +174,8 @@ class DebateRun:
 
     # -- steps ------------------------------------------------------------------------------
     async def begin(self) -> None:
-        """Emit ``debate_started``, start the deadline and open round 1."""
+        """Attach the observers, emit ``debate_started``, start the deadline and open round 1."""
+        self.observe()
         self._t0 = time.perf_counter()
         own = await self.debate.timeout_s()
         self.deadline = deadline = Deadline.within(own, self._given)
@@ -303,28 +345,44 @@ class DebateRun:
         self.result.metrics.update(consensus.quality_metrics(self.result, self.protocol.decision_speakers))
         self.result.timings.wall_ms = (time.perf_counter() - self._t0) * 1000
         await self.emit("debate_completed", result=self.result)
+        if self.observed is not None:
+            self.observed.end("fell_back" if self.result.fallback else "complete", self.result)
         return self.result
 
     async def skip(self) -> DebateResult:
-        """Skip the debate (``debate_mode`` off): the result is the initial answer, unchanged."""
-        self.result.skipped = True
-        self.result.final_answer = self.initial_answer
-        await self.emit("debate_completed", result=self.result)
+        """Skip the debate (``debate_mode`` off): the result is the initial answer, unchanged.
+
+        The run's observers are told it ended ``skipped``.
+        """
+        self.debate_mode = False
+        handle = self.observe()
+        try:
+            self.result.skipped = True
+            self.result.final_answer = self.initial_answer
+            await self.emit("debate_completed", result=self.result)
+        except BaseException as exc:
+            handle.fail(exc)
+            raise
+        handle.end("skipped", self.result)
         return self.result
 
     async def execute(self) -> DebateResult:
-        """All steps in the protocol's order."""
-        await self.begin()
-        number = 1
-        while True:
-            for stage in range(len(self.protocol.stages())):
-                await self.play_stage(number, stage)
-            await self.moderate(number)
-            if not self.next_round(number):
-                break
-            number += 1
-        await self.judge()
-        return await self.finish()
+        """All steps in the protocol's order (a failure or cancellation is told to the observers)."""
+        try:
+            await self.begin()
+            number = 1
+            while True:
+                for stage in range(len(self.protocol.stages())):
+                    await self.play_stage(number, stage)
+                await self.moderate(number)
+                if not self.next_round(number):
+                    break
+                number += 1
+            await self.judge()
+            return await self.finish()
+        except BaseException as exc:
+            self.fail(exc)
+            raise
 
     # -- one model call -------------------------------------------------------------------------
     async def _call(
@@ -374,7 +432,7 @@ class DebateRun:
                 on_retry=on_retry,
                 stats=stats,
                 validation_context={"topic": self.topic},
-                on_request=self._request_events(persona.key, rnd, phase) if self.on_event else None,
+                on_request=self._request_events(persona.key, rnd, phase) if self.listened else None,
             )
         except asyncio.CancelledError:
             # The run stopped (deadline, a sibling's fallback) with this call in flight: keep the

@@ -9,24 +9,54 @@ The engine imports no provider SDK; models are resolved from specs lazily.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .deadline import Deadline, run_deadline
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
-from .models import Model, resolve_model
+from .models import Model, default_model_spec, model_info, resolve_model
 from .models.cache import ResponseCache, open_cache, with_cache
+from .observe import RunStart
 from .prompting import load_prompt
 from .protocol import Protocol, load_protocol
 from .transcript import DebateResult, Event
 
-if TYPE_CHECKING:  # pragma: no cover - the store is imported only when a run is recorded
-    from .runs.store import RunStore
+__all__ = ["Debate", "DebateRun", "EventCallback", "debate_config"]
 
-__all__ = ["Debate", "DebateRun", "EventCallback"]
+
+def _spec(spec: str | Model | None) -> str | None:
+    return spec.name if isinstance(spec, Model) else spec
+
+
+def debate_config(
+    debate: Debate,
+    topic: str,
+    *,
+    model: str | None,
+    role_models: Mapping[str, str],
+    context: Any = None,
+    initial_answer: str | None = None,
+    debate_mode: bool = True,
+) -> dict[str, Any]:
+    """Everything needed to re-run a debate: the resolved protocol, the model specs and endpoints, inputs.
+
+    ``moot run --from RUN_ID`` rebuilds the debate from exactly this.
+    """
+    models = {}
+    if debate_mode:  # a skipped debate resolves no model, so neither does its record
+        models = {key: model_info(debate.model_for(key)) for key in debate.protocol.personas}
+    return {
+        "topic": topic,
+        "context": context,
+        "initial_answer": initial_answer,
+        "debate_mode": debate_mode,
+        "model": model,
+        "role_models": dict(role_models),
+        "models": models,
+        "protocol": debate.protocol.model_dump(mode="json"),
+    }
 
 
 class Debate:
@@ -40,10 +70,14 @@ class Debate:
         overrides: protocol fields to override (``rounds``, ``timeout``...). A ``timeout`` given
             here is explicit and used as is; otherwise the deadline is sized to the models
             (:mod:`moot.deadline`).
-        store: record every :meth:`run` (and :meth:`stream`) in a run store, as ``moot run``
+        store: record every run (:meth:`run`, :meth:`stream`, :meth:`run_sync`,
+            ``start().execute()``, a skipped run as ``skipped``) in a run store, as ``moot run``
             does, so ``moot runs`` and ``moot view`` show it: a store file, an open
             :class:`~moot.runs.RunStore`, or True for ``$MOOT_STORE`` / ``./.moot/runs.db``.
-            None (the default) records nothing.
+            None (the default) records nothing. The engine never opens it: it is passed to the
+            run's observers (:mod:`moot.observe`; the recorder is attached by :mod:`moot.app`).
+            A debate run inside another recorded run (ABSA, arbitration, a bench) is recorded
+            as part of that run, not on its own.
         cache: answer each model request from a response cache when it holds the reply
             (:mod:`moot.models.cache`): a cache file, a
             :class:`~moot.models.cache.ResponseCache`, or True for ``$MOOT_CACHE`` /
@@ -61,14 +95,13 @@ class Debate:
         model: str | Model | None = None,
         role_models: Mapping[str, str | Model] | None = None,
         overrides: dict[str, Any] | None = None,
-        store: str | Path | RunStore | bool | None = None,
+        store: Any = None,
         cache: str | Path | ResponseCache | bool | None = None,
     ) -> None:
         self.protocol = load_protocol(protocol, overrides)
         self.cache = open_cache(cache)
-        self._store_spec = store
-        self._store: RunStore | None = None
-        self._recorded_in_flight = 0
+        self.store: Any = store
+        """The ``store=`` this debate records into, as given (None: not recorded)."""
         self._explicit_timeout = bool(overrides) and "timeout" in (overrides or {})
         # A missing prompt file is a configuration error: fail now, not in the middle of a run.
         for step in (self.protocol.moderator, self.protocol.judge):
@@ -88,14 +121,34 @@ class Debate:
                 self._role_specs[key] = persona.model
 
     @property
-    def store(self) -> RunStore | None:
-        """The run store this debate records into (opened on first use), or None."""
-        if self._store is None and self._store_spec not in (None, False):
-            from .runs import open_store
+    def observe_options(self) -> dict[str, Any]:
+        """The options this debate's runs pass to their observers (:func:`moot.observe.open_run`)."""
+        return {"store": self.store}
 
-            spec = self._store_spec
-            self._store = open_store(None if isinstance(spec, bool) else spec)
-        return self._store
+    def run_start(
+        self,
+        topic: str,
+        *,
+        context: Any = None,
+        initial_answer: str | None = None,
+        debate_mode: bool = True,
+    ) -> RunStart:
+        """What a run of this debate on ``topic`` is, for its observers (kind ``run``).
+
+        Its config is :func:`debate_config`'s, so ``moot run --from ID`` re-runs a stored run.
+        """
+        model = _spec(self._default_spec)
+        roles = {k: str(_spec(v)) for k, v in self._role_specs.items()}
+        config = debate_config(
+            self,
+            topic,
+            model=model,
+            role_models=roles,
+            context=context,
+            initial_answer=initial_answer,
+            debate_mode=debate_mode,
+        )
+        return RunStart(kind="run", title=topic, model=model or default_model_spec(), config=config)
 
     def model_for(self, key: str) -> Model:
         """The model that plays persona ``key`` (resolved and cached on first use)."""
@@ -120,12 +173,10 @@ class Debate:
     async def aclose(self) -> None:
         """Close what the resolved models hold for the running event loop (``run_sync`` does this).
 
-        Also commits what the run store still holds (the store itself stays open).
+        Recorded runs are committed when they end (the last of a store's runs in flight commits).
         """
         for model in {id(m): m for m in self._models.values()}.values():
             await model.aclose()
-        if self._store is not None:
-            self._store.flush()
 
     async def run(
         self,
@@ -159,25 +210,6 @@ class Debate:
             UsageError: empty topic, or a model spec that cannot be resolved.
             Exception: whatever ``on_event`` raised.
         """
-        run = functools.partial(self._run, deadline=deadline)
-        if self.store is not None:
-            from ._recorded import recorded_run
-
-            return await recorded_run(
-                self, self.store, topic, context, initial_answer, debate_mode, on_event, run
-            )
-        return await run(topic, context, initial_answer, debate_mode, on_event)
-
-    async def _run(
-        self,
-        topic: str,
-        context: Any,
-        initial_answer: str | None,
-        debate_mode: bool,
-        on_event: EventCallback | None,
-        *,
-        deadline: Deadline | None,
-    ) -> DebateResult:
         if not debate_mode or not self.protocol.enabled:
             return await self.start(
                 topic, initial_answer=initial_answer, on_event=on_event, resolve=False
@@ -198,7 +230,9 @@ class Debate:
     ) -> DebateRun:
         """Prepare one run without calling any model, for orchestrators that drive the steps.
 
-        ``await debate.start(topic).execute()`` is ``await debate.run(topic)``.
+        ``await debate.start(topic).execute()`` is ``await debate.run(topic)``, recorded the same
+        way: the run's observers are attached by :meth:`DebateRun.begin` (or :meth:`DebateRun.skip`)
+        and told its end by :meth:`DebateRun.finish`.
 
         Args:
             topic: the question, claim or sentence.

@@ -114,3 +114,25 @@ def test_an_event_callback_error_fails_the_record_and_reaches_the_caller(tmp_pat
         (run,) = store.list()
         assert run.status == "failed" and "callback broke" in (run.error or "")
         assert "turn_completed" in [e.kind for e in store.events(run.id)]  # stored before the callback ran
+
+
+def test_start_execute_stream_and_a_skipped_run_are_each_one_row(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    debate = Debate("answer", model=_model(), store=path, overrides={"rounds": 1})
+
+    async def doors() -> None:
+        await debate.start("Driven?").execute()
+        async for _ in debate.stream("Streamed?"):
+            pass
+        await debate.run("Skipped?", debate_mode=False, initial_answer="kept")
+
+    asyncio.run(doors())
+    with RunStore(path) as store:
+        rows = {r.title: r for r in store.list()}
+        assert {t: r.status for t, r in rows.items()} == {
+            "Driven?": "complete",
+            "Streamed?": "complete",
+            "Skipped?": "skipped",
+        }
+        assert load_result(store, rows["Skipped?"].id).final_answer == "kept"
+        assert [e.kind for e in store.events(rows["Driven?"].id)][0] == "debate_started"

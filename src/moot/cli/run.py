@@ -13,12 +13,11 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from ..engine import Debate
+from ..engine import Debate, debate_config
 from ..errors import UsageError
 from ..models import default_model_spec
 from ..protocol import read_overrides
 from ..runs import RunStatus, open_store, recording
-from ..runs.recording import debate_config
 from ..transcript import DebateResult, Event, Turn
 from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options

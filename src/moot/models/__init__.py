@@ -35,6 +35,7 @@ from .base import (
     ModelResponse,
     Usage,
     check_allow_model_requests,
+    model_info,
 )
 from .cache import current_cache, with_cache
 from .retry import RetryPolicy, call_model
@@ -53,6 +54,7 @@ __all__ = [
     "call_model",
     "check_allow_model_requests",
     "default_model_spec",
+    "model_info",
     "provider_names",
     "register_provider",
     "resolve_model",

@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "check_allow_model_requests",
     "default_request_timeout",
+    "model_info",
     "note_cached_reply",
     "note_extra_request",
     "split_spec_options",
@@ -311,3 +312,12 @@ class Model(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+def model_info(model: Model) -> dict[str, Any]:
+    """A model's spec and endpoint, as a run records it (never its key)."""
+    info: dict[str, Any] = {"spec": model.name}
+    endpoint = getattr(model, "base_url", None)
+    if isinstance(endpoint, str) and endpoint:
+        info["endpoint"] = endpoint
+    return info

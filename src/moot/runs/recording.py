@@ -29,18 +29,15 @@ from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
-from ..models.base import Model, Usage
+from ..models.base import Usage, model_info
 from ..transcript import Event
 from .store import RunStatus, RunStore, default_store_path
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..engine import Debate
-
-__all__ = ["Recording", "debate_config", "model_info", "open_store", "prompts_hash", "recording", "redact"]
+__all__ = ["Recording", "begin_recording", "model_info", "open_store", "prompts_hash", "recording", "redact"]
 
 # Whole key names (after an optional prefix such as ``openai_``): ``max_tokens`` or a persona's ``key`` stay.
 _SECRET_NAMES = (
@@ -112,44 +109,6 @@ def prompts_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def model_info(model: Model) -> dict[str, Any]:
-    """A model's spec and endpoint, as a run records it (never its key)."""
-    info: dict[str, Any] = {"spec": model.name}
-    endpoint = getattr(model, "base_url", None)
-    if isinstance(endpoint, str) and endpoint:
-        info["endpoint"] = endpoint
-    return info
-
-
-def debate_config(
-    debate: Debate,
-    topic: str,
-    *,
-    model: str | None,
-    role_models: Mapping[str, str],
-    context: Any = None,
-    initial_answer: str | None = None,
-    debate_mode: bool = True,
-) -> dict[str, Any]:
-    """Everything needed to re-run a debate: the resolved protocol, the model specs and endpoints, inputs.
-
-    ``moot run --from RUN_ID`` rebuilds the debate from exactly this.
-    """
-    models = {}
-    if debate_mode:  # a skipped debate resolves no model, so neither does its record
-        models = {key: model_info(debate.model_for(key)) for key in debate.protocol.personas}
-    return {
-        "topic": topic,
-        "context": context,
-        "initial_answer": initial_answer,
-        "debate_mode": debate_mode,
-        "model": model,
-        "role_models": dict(role_models),
-        "models": models,
-        "protocol": debate.protocol.model_dump(mode="json"),
-    }
-
-
 def open_store(store: str | Path | RunStore | None = None, *, enabled: bool = True) -> RunStore | None:
     """The store to record into: ``store``, ``$MOOT_STORE`` or ``./.moot/runs.db``; None when disabled."""
     if not enabled:
@@ -160,7 +119,7 @@ def open_store(store: str | Path | RunStore | None = None, *, enabled: bool = Tr
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 
@@ -286,6 +245,26 @@ class Recording:
             error=error,
         )
 
+    def fail(self, exc: BaseException) -> None:
+        """Set the end status ``exc`` gives (``interrupted``, ``failed`` with the error).
+
+        An exit code after :meth:`finish` keeps the status it chose (bench: incomplete, exit 1).
+        """
+        status, is_exit = _exit_status(exc)
+        if status == "interrupted" or (status == "failed" and not (is_exit and self.status is not None)):
+            self.status = status
+            error = "interrupted" if status == "interrupted" else f"{type(exc).__name__}: {exc}"
+            self.update(status=status, error=error)
+
+    def close(self, *, wait: bool = True) -> None:
+        """Stamp the end time (``complete`` when no status was set); ``wait``: commit now."""
+        if self.status is None:
+            self.status = "complete"
+            self.update(status="complete")
+        self.update(ended=True)
+        if wait:
+            self.flush()
+
 
 def _exit_status(exc: BaseException) -> tuple[RunStatus | None, bool]:
     """``(status, is_exit)``: how an exception ends a run (None: a clean exit with code 0)."""
@@ -297,6 +276,40 @@ def _exit_status(exc: BaseException) -> tuple[RunStatus | None, bool]:
             return None, True
         return ("interrupted" if code == 130 else "failed"), True
     return "failed", False
+
+
+def begin_recording(
+    store: RunStore,
+    kind: str,
+    *,
+    title: str = "",
+    model: str = "",
+    config: Mapping[str, Any] | None = None,
+    argv: Sequence[str] | None = None,
+    continue_run: str | None = None,
+) -> Recording:
+    """Create the run row of ``kind`` in ``store`` (status ``running``), or reopen ``continue_run``.
+
+    The config gets the bundled prompts' hash; secret-looking keys and command-line option values
+    are masked. End it with :meth:`Recording.close`.
+    """
+    if continue_run is not None:
+        rec = Recording(store, continue_run)
+        rec._seq = store.reopen(continue_run)
+        return rec
+    cfg = dict(config or {}) | {"prompts_sha256": prompts_hash()}
+    text = json.dumps(cfg, ensure_ascii=False, default=str)
+    if _may_hold_secret(text):  # rare: walk the config only when a secret-looking key is there
+        text = json.dumps(redact(cfg), ensure_ascii=False, default=str)
+    run_id = store.create_run(
+        kind,
+        title=title,
+        model=model,
+        argv=redact_argv(list(sys.argv if argv is None else argv)),
+        config=text,
+        moot_version=_version(),
+    )
+    return Recording(store, run_id)
 
 
 @contextmanager
@@ -330,40 +343,17 @@ def recording(
     opened = None if isinstance(store, RunStore) else open_store(store, enabled=enabled)
     target = store if isinstance(store, RunStore) and enabled else opened
     rec = Recording(None, None)
-    if target is not None and continue_run is not None:
-        rec = Recording(target, continue_run)
-        rec._seq = target.reopen(continue_run)
-    elif target is not None:
-        cfg = dict(config or {}) | {"prompts_sha256": prompts_hash()}
-        text = json.dumps(cfg, ensure_ascii=False, default=str)
-        if _may_hold_secret(text):  # rare: walk the config only when a secret-looking key is there
-            text = json.dumps(redact(cfg), ensure_ascii=False, default=str)
-        run_id = target.create_run(
-            kind,
-            title=title,
-            model=model,
-            argv=redact_argv(list(sys.argv if argv is None else argv)),
-            config=text,
-            moot_version=_version(),
+    if target is not None:
+        rec = begin_recording(
+            target, kind, title=title, model=model, config=config, argv=argv, continue_run=continue_run
         )
-        rec = Recording(target, run_id)
     try:
         yield rec
     except BaseException as exc:
-        status, is_exit = _exit_status(exc)
-        # An exit code after finish() keeps the status finish() chose (bench: incomplete -> exit 1).
-        if status == "interrupted" or (status == "failed" and not (is_exit and rec.status is not None)):
-            rec.status = status
-            error = "interrupted" if status == "interrupted" else f"{type(exc).__name__}: {exc}"
-            rec.update(status=status, error=error)
+        rec.fail(exc)
         raise
     finally:
-        if rec.status is None:
-            rec.status = "complete"
-            rec.update(status="complete")
-        rec.update(ended=True)
-        if wait or opened is not None:
-            rec.flush()
+        rec.close(wait=wait or opened is not None)
         if opened is not None:
             try:
                 opened.close()

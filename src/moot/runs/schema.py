@@ -16,7 +16,7 @@ from ..models.base import Usage
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "RunRecord", "RunStatus", "StoredEvent", "StoredItem"]
 
-RunStatus = Literal["running", "complete", "fell_back", "failed", "interrupted"]
+RunStatus = Literal["running", "complete", "fell_back", "skipped", "failed", "interrupted"]
 
 _TOKENIZER = "unicode61 remove_diacritics 2"
 _INDEX_NEW = (

@@ -42,7 +42,7 @@ __all__ = ["LOOPBACK", "create_app"]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _COOKIE = "moot_token"
 _KINDS = ("run", "absa", "absa-eval", "arbitrate", "bench")
-_STATUSES = ("running", "complete", "fell_back", "failed", "interrupted")
+_STATUSES = ("running", "complete", "fell_back", "skipped", "failed", "interrupted")
 
 
 def _package_dir(name: str) -> Path:

@@ -1,0 +1,31 @@
+"""The application layer: where a run's outside concerns are attached, once.
+
+Every public door (``Debate``, ``debate_node``, ``build_debate_graph``, ``arbitrate``,
+``run_absa``, ``run_bench``) and every CLI command reaches the run store through here: importing
+:mod:`moot` registers the run store's recorder as an observer factory (:mod:`moot.observe`), so a
+door given ``store=`` (a path, an open :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` or
+``./.moot/runs.db``, None for nothing) records its run without the engine or the pipelines
+importing the store. The store module is imported only when a run asks for one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import observe
+
+__all__ = ["store_observer"]
+
+
+def store_observer(start: observe.RunStart, options: Mapping[str, Any]) -> observe.Observer | None:
+    """The observer factory for ``store=``: a recorder into that store, or None without one."""
+    spec = options.get("store")
+    if spec is None or spec is False:
+        return None
+    from .recorder import recorder_for
+
+    return recorder_for(spec, start)
+
+
+observe.register("store", store_observer)

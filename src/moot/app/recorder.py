@@ -1,0 +1,143 @@
+"""The run store's recorder: an observer (:mod:`moot.observe`) writing one run into a store.
+
+What it writes, per event:
+
+- a debate's :class:`~moot.transcript.Event`: one stored event (a completed debate's result is
+  kept in summary in its event; the whole result is the run's ``result_json``); a benchmark
+  keeps its units, not the events of the debates inside them;
+- :class:`~moot.observe.PipelineEvent` ``unit_completed``: one stored unit (``put_item``);
+- any other event (ABSA's ``StageEvent``, the other pipeline events): one stored event of its
+  ``kind`` with its JSON (a ``PipelineEvent``'s ``data``).
+
+The run row is created by ``on_start`` (status ``running``) and ``on_end`` stores the result,
+usage, summary, score, error and end status. A store that cannot be written does not stop the
+run: one warning on stderr and the run is no longer recorded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ..observe import PipelineEvent, RunEnd, RunStart
+from ..runs.recording import Recording, begin_recording
+from ..runs.store import RunStore, default_store_path
+from ..transcript import Event
+
+__all__ = ["StoreRecorder", "recorder_for", "resolve_store"]
+
+_opened: dict[Path, RunStore] = {}
+_in_flight: dict[int, int] = {}  # id(store) -> runs being recorded into it
+_lock = threading.Lock()
+
+
+def resolve_store(spec: str | Path | RunStore | bool) -> RunStore:
+    """The store a ``store=`` spec names; a path is opened once per process and kept open.
+
+    True means ``$MOOT_STORE`` or ``./.moot/runs.db``.
+    """
+    if isinstance(spec, RunStore):
+        return spec
+    path = default_store_path(None if isinstance(spec, bool) else spec).resolve()
+    with _lock:
+        store = _opened.get(path)
+        if store is None:
+            store = _opened[path] = RunStore(path, background=True)
+        return store
+
+
+@atexit.register
+def _close_opened() -> None:
+    with _lock:
+        stores = list(_opened.values())
+        _opened.clear()
+    for store in stores:
+        try:
+            store.flush()
+            store.close()
+        except sqlite3.Error:
+            pass
+
+
+def recorder_for(spec: str | Path | RunStore | bool, start: RunStart) -> StoreRecorder:
+    """A recorder of the run ``start`` describes, into the store ``spec`` names."""
+    return StoreRecorder(resolve_store(spec))
+
+
+class StoreRecorder:
+    """Records one run into ``store`` (see the module docstring).
+
+    Attributes:
+        store: the store.
+        recording: the run being written, once started (its ``run_id`` names the stored run).
+    """
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.recording = Recording(None, None)
+        self._kind = ""
+
+    @property
+    def run_id(self) -> str | None:
+        """The stored run's id (None before the start, or once the store failed)."""
+        return self.recording.run_id
+
+    def on_start(self, start: RunStart) -> None:
+        """Create the run row (or reopen the run it continues)."""
+        self._kind = start.kind
+        self.recording = begin_recording(
+            self.store,
+            start.kind,
+            title=start.title,
+            model=start.model,
+            config=start.config,
+            argv=start.argv,
+            continue_run=start.continues,
+        )
+        key = id(self.store)
+        with _lock:
+            _in_flight[key] = _in_flight.get(key, 0) + 1
+
+    def on_event(self, event: BaseModel) -> None:
+        """Append ``event`` (a unit result becomes a stored unit)."""
+        rec = self.recording
+        if isinstance(event, PipelineEvent):
+            if event.kind == "unit_completed" and event.unit is not None:
+                rec.item(event.unit, event.data, part=event.part, correct=event.correct)
+            else:
+                rec.event(event.kind, event.data)
+        elif isinstance(event, Event) and self._kind == "bench":
+            return  # a bench keeps its units; the debates inside them are not its events
+        else:
+            rec.on_event(event)
+
+    def on_end(self, end: RunEnd) -> None:
+        """Store the result and end status, stamp the end; commit when the store's last run ends."""
+        rec = self.recording
+        if end.exception is not None and end.error is not None and end.result is None:
+            rec.fail(end.exception)
+        else:
+            rec.finish(
+                end.result,
+                status=end.status,
+                usage=end.usage,
+                summary=dict(end.summary) if end.summary is not None else None,
+                score=end.score,
+                error=end.error,
+            )
+        key = id(self.store)
+        with _lock:
+            left = _in_flight[key] = _in_flight.get(key, 1) - 1
+            if left <= 0:
+                _in_flight.pop(key, None)
+        rec.close(wait=False)
+        if left <= 0:
+            try:
+                self.store.flush()
+            except sqlite3.Error as exc:  # the result is the caller's either way; say so loudly
+                print(f"moot: warning: cannot write the run store {self.store.path} ({exc})", file=sys.stderr)
