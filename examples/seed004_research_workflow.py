@@ -29,7 +29,8 @@ from typing import Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from moot import Model
-from moot.arbitration import AgentReport, Finding, arbitrate
+from moot.arbitration import AgentReport, Finding, arbitrate, arbitration_node
+from moot.human_review import ReviewMode
 
 EventCallback = Callable[..., Awaitable[None] | None]
 """``event_callback(stage, status, data=None, latency_ms=None)``, sync or async."""
@@ -139,8 +140,27 @@ async def agents(state: WorkflowState) -> dict[str, Any]:
     return {"agent_reports": reports}
 
 
-def make_debate_node(model: str | Model | None) -> Callable[[WorkflowState], Awaitable[dict[str, Any]]]:
-    """Seed 004's ``_debate_node``: detect contradictions, arbitrate them, adjust the reports."""
+def make_debate_node(
+    model: str | Model | None, human_review: ReviewMode | None = None
+) -> Callable[[WorkflowState], Awaitable[dict[str, Any]]]:
+    """Seed 004's ``_debate_node``: detect contradictions, arbitrate them, adjust the reports.
+
+    With ``human_review`` ("split": a split decision is flagged for human review) the node is
+    :func:`moot.arbitration.arbitration_node`: the graph pauses with ``interrupt()`` and resumes
+    with the reviewer's decision (needs a checkpointer).
+    """
+    if human_review is not None:
+        node = arbitration_node(model=model, human_review=human_review)
+
+        async def reviewed(state: WorkflowState) -> dict[str, Any]:
+            update = await node(state)
+            full = update["debate_results"]
+            fields = ["status", "contradictions_found", "latency_ms", "human_review"]
+            if full["status"] == "complete":
+                fields += ["resolved", "flagged_for_review", "consensus_narrative"]
+            return {"agent_reports": update["agent_reports"], "debate_results": {k: full[k] for k in fields}}
+
+        return reviewed
 
     async def debate(state: WorkflowState) -> dict[str, Any]:
         result = await arbitrate(
@@ -193,11 +213,15 @@ async def synthesize(state: WorkflowState) -> dict[str, Any]:
     return {"final_synthesis": text}
 
 
-def build_workflow(model: str | Model | None = "local") -> Any:
+def build_workflow(
+    model: str | Model | None = "local", *, human_review: ReviewMode | None = None, checkpointer: Any = None
+) -> Any:
     """Compile the workflow.
 
     Args:
         model: model spec or instance for the arbitrator.
+        human_review: ``"split"`` or ``"always"``: pause for a human (see :func:`make_debate_node`).
+        checkpointer: any LangGraph checkpointer (needed with ``human_review``).
 
     Returns:
         The compiled graph; invoke it with ``{"question": ..., "event_callback": cb}``
@@ -209,7 +233,7 @@ def build_workflow(model: str | Model | None = "local") -> Any:
         ("prefetch", prefetch),
         ("rag", rag),
         ("agents", agents),
-        ("debate", make_debate_node(model)),
+        ("debate", make_debate_node(model, human_review)),
         ("verify", verify),
         ("synthesize", synthesize),
     ]
@@ -219,7 +243,7 @@ def build_workflow(model: str | Model | None = "local") -> Any:
         graph.add_edge(previous, name)
         previous = name
     graph.add_edge(previous, END)
-    return graph.compile()
+    return graph.compile(checkpointer=checkpointer)
 
 
 def main(argv: list[str] | None = None) -> None:

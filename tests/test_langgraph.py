@@ -528,3 +528,141 @@ def test_node_keeps_the_state_answer_at_the_deadline() -> None:
     out = run_graph(graph, {"query": "Q?", "answer": "from compose"})
     assert out["answer"] == "from compose" and out["debate"]["fallback"].startswith("timeout")
     assert next(e for e in custom if e["type"] == "fallback")["reason"].startswith("timeout")
+
+
+# -- human review -----------------------------------------------------------------------------------
+def test_node_human_review_pauses_once_and_records_the_decision() -> None:
+    from langgraph.checkpoint.memory import MemorySaver
+    from langgraph.types import Command
+
+    model = ScriptedModel(answer_script())
+    graph = answer_pipeline_review(model, MemorySaver(), "always")
+    config = {"configurable": {"thread_id": "r"}}
+    paused = run_graph_config(graph, {"query": "Q?", "answer": "from compose"}, config)
+    (pending,) = paused["__interrupt__"]
+    assert pending.value["type"] == "human_review" and pending.value["topic"] == "Q?"
+    assert pending.value["final_answer"] == "Rayleigh scattering, synthesized."
+    assert json.loads(json.dumps(pending.value)) == pending.value
+    custom, _ = stream(
+        graph, Command(resume={"answer": "Blue light scatters most.", "note": "checked"}), config
+    )
+    assert len(model.requests) == 5  # resuming did not run the debate again
+    assert [e["type"] for e in custom] == ["human_review"]
+    state = asyncio.run(graph.aget_state(config)).values
+    assert state["answer"] == "Blue light scatters most."
+    human = DebateResult.model_validate(state["debate"]).human_review
+    assert human is not None and human.phase == "human" and human.get("note") == "checked"
+
+
+def test_node_split_review_skips_a_clear_decision_and_needs_a_checkpointer() -> None:
+    graph = answer_pipeline_review(ScriptedModel(answer_script()), None, "split")
+    with pytest.raises(UsageError, match="needs a checkpointer"):
+        run_graph(graph, {"query": "Q?", "answer": "x"})
+    from langgraph.checkpoint.memory import MemorySaver
+
+    model = ScriptedModel(answer_script())  # synthesizer confidence 0.9: no review
+    out = run_graph_config(
+        answer_pipeline_review(model, MemorySaver(), "split"),
+        {"query": "Q?"},
+        {"configurable": {"thread_id": "s"}},
+    )
+    assert "__interrupt__" not in out and out["debate"]["human_review"] is None
+    with pytest.raises(UsageError, match="human_review must be"):
+        debate_node("answer", model=model, human_review="sometimes")  # type: ignore[arg-type]
+
+
+def test_subgraph_split_review_interrupts_an_uncertain_decision_and_resumes() -> None:
+    from langgraph.checkpoint.memory import MemorySaver
+    from langgraph.types import Command
+
+    model = ScriptedModel(
+        {"proponent": [arg("p", 0.5)] * 2, "opponent": [arg("o", 0.5)] * 2, "moderator": [mod(0.5)] * 2}
+    )
+    graph = build_debate_graph("adversarial", model=model, checkpointer=MemorySaver(), human_review="split")
+    config = {"configurable": {"thread_id": "g"}}
+    paused = run_graph_config(graph, {"topic": "X."}, config)
+    value = paused["__interrupt__"][0].value
+    assert value["reason"].startswith("split decision") and value["decision"]["label"] == "UNCERTAIN"
+    assert [p["speaker"] for p in value["positions"]] == ["proponent", "opponent"]
+    out = run_graph_config(graph, Command(resume="SUPPORT"), config)
+    result = DebateResult.model_validate(out["result"])
+    assert result.final_answer == "SUPPORT" and result.human_review is not None
+    assert result.human_review.content == {
+        "accepted": False,
+        "reason": "split decision (UNCERTAIN)",
+        "note": "",
+        "answer": "SUPPORT",
+    }
+    assert len(model.requests) == 6
+
+
+def answer_pipeline_review(model: Any, checkpointer: Any, mode: str) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    graph = StateGraph(Pipeline)
+    node = debate_node(
+        "answer",
+        model=model,
+        topic_key="query",
+        initial_answer_key="answer",
+        answer_key="answer",
+        human_review=mode,
+    )  # type: ignore[arg-type]
+    graph.add_node("debate", node)
+    graph.add_edge(START, "debate")
+    graph.add_edge("debate", END)
+    return graph.compile(checkpointer=checkpointer)
+
+
+def run_graph_config(graph: Any, state: Any, config: Any) -> dict[str, Any]:
+    out: dict[str, Any] = asyncio.run(graph.ainvoke(state, config))
+    return out
+
+
+def test_seed004_split_decision_goes_to_a_human_and_resumes_with_their_decision(seed004: ModuleType) -> None:
+    from langgraph.checkpoint.memory import MemorySaver
+    from langgraph.types import Command
+
+    flag = {**RULING, "resolution": "neither_valid", "action": "flag_for_review", "confidence": 0.5}
+    model = ScriptedModel({"arbitrator": [flag]})
+    graph = seed004.build_workflow(model, human_review="split", checkpointer=MemorySaver())
+    config = {"configurable": {"thread_id": "w"}}
+    custom, _ = stream(graph, {"question": "What is Qatar's unemployment rate?"}, config)
+    assert any(e["type"] == "verdict" for e in custom) or any(e["type"] == "turn_completed" for e in custom)
+    snapshot = asyncio.run(graph.aget_state(config))
+    (pending,) = snapshot.interrupts
+    assert pending.value["reason"] == "1 contradiction(s) flagged for review"
+    (metric,) = pending.value["metrics"]
+    assert metric["metric"] == "qatar_unemployment_rate" and metric["status"] == "flagged"
+    assert {c["agent"] for c in metric["claims"]} == {"LabourEconomist", "NationalStrategy"}
+    decision = {
+        "decisions": {"qatar_unemployment_rate": {"agent": "LabourEconomist"}},
+        "note": "GCC-STAT wins",
+    }
+    out = run_graph_config(graph, Command(resume=decision), config)
+    assert len(model.requests) == 1  # the arbitrator was not asked again
+    debate = out["debate_results"]
+    assert debate["resolved"] == 1 and debate["flagged_for_review"] == 0
+    assert debate["human_review"]["content"]["decisions"] == decision["decisions"]
+    assert "qatar_unemployment_rate: 0.1 (human review)." in debate["consensus_narrative"]
+    outcomes = {r["agent"]: r["findings"][0].get("debate") for r in out["agent_reports"]}
+    assert outcomes["LabourEconomist"]["outcome"] == "confirmed"
+    assert outcomes["NationalStrategy"]["outcome"] == "superseded"
+
+
+def test_arbitration_node_needs_a_checkpointer_for_review() -> None:
+    from moot.arbitration import arbitration_node
+
+    node = arbitration_node(model=ScriptedModel([]), human_review="split")
+    from langgraph.graph import END, START, StateGraph
+
+    class S(TypedDict, total=False):
+        agent_reports: list[dict[str, Any]]
+        debate_results: dict[str, Any]
+
+    graph = StateGraph(S)
+    graph.add_node("arbitration", node)
+    graph.add_edge(START, "arbitration")
+    graph.add_edge("arbitration", END)
+    with pytest.raises(UsageError, match="needs a checkpointer"):
+        run_graph(graph.compile(), {"agent_reports": []})

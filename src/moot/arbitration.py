@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from . import graph_stream
 from .contradictions import (
     SOURCE_AUTHORITY,
     AgentReport,
@@ -47,7 +48,8 @@ from .contradictions import (
     norm_metric,
 )
 from .deadline import Deadline, timeout_scope
-from .engine import Debate, DebateRun
+from .engine import Debate, DebateRun, EventCallback
+from .human_review import HumanDecision, ReviewMode, ask_human, check_mode, require_checkpointer, run_once
 from .models import Model
 from .models.base import Usage
 from .schemas import Arbitration
@@ -63,8 +65,10 @@ __all__ = [
     "Finding",
     "MetricConsensus",
     "Ruling",
+    "apply_human_review",
     "arbitrate",
     "arbitrate_sync",
+    "arbitration_node",
     "build_consensus",
     "detect_contradictions",
 ]
@@ -120,6 +124,8 @@ class ArbitrationResult(BaseModel):
     adjusted_reports: list[AgentReport] = Field(default_factory=list)
     latency_ms: float = 0.0
     usage: Usage = Field(default_factory=Usage)
+    human_review: Turn | None = None
+    """The human reviewer's turn (phase ``human``), when :func:`arbitration_node` paused for one."""
 
 
 def _settle(metric: str, pairs: list[tuple[Contradiction, Ruling]]) -> MetricConsensus:
@@ -243,6 +249,7 @@ async def arbitrate(
     source_authority: Sequence[str] = SOURCE_AUTHORITY,
     timeout_s: float | None = DEFAULT_TIMEOUT,
     deadline: Deadline | None = None,
+    on_event: EventCallback | None = None,
 ) -> ArbitrationResult:
     """Detect contradictions, arbitrate each with one call, and build the consensus.
 
@@ -259,6 +266,7 @@ async def arbitrate(
         timeout_s: seconds for the whole arbitration (None: no limit of its own); contradictions
             without a ruling by then are flagged for review and the status is ``timed_out``.
         deadline: a caller's deadline; the arbitration ends at the earlier of it and ``timeout_s``.
+        on_event: called with every engine event of every arbitration call.
     """
     started = time.perf_counter()
     parent, deadline = deadline, Deadline.within(timeout_s, deadline)
@@ -288,7 +296,9 @@ async def arbitrate(
         except TimeoutError:
             return None  # never sent
         try:
-            runs[c.id] = run = arbiter.start(c.describe(source_authority), context=context, deadline=deadline)
+            runs[c.id] = run = arbiter.start(
+                c.describe(source_authority), context=context, deadline=deadline, on_event=on_event
+            )
             res = await run.execute()  # ends at the deadline by itself, its cut-off turn kept
         finally:
             gate.release()
@@ -364,3 +374,172 @@ def arbitrate_sync(reports: Sequence[AgentReport | dict[str, Any]], **kwargs: An
             await debate.aclose()  # connection pools must not outlive this event loop
 
     return asyncio.run(main())
+
+
+# -- LangGraph: the arbitration as a node, with human review of flagged metrics ---------------------
+def _review_summary(result: ArbitrationResult, reason: str) -> dict[str, Any]:
+    """The interrupt's JSON value: each metric needing a human, with the claims on it."""
+    status = {m.metric_name: m for m in result.metrics}
+    metrics: dict[str, dict[str, Any]] = {}
+    for c in result.contradictions:
+        m = status[c.metric_name]
+        entry = metrics.setdefault(
+            c.metric_name, {"metric": c.metric_name, "status": m.status, "reason": m.reason, "claims": []}
+        )
+        for claim in (c.agent1, c.agent2):
+            if all(x["agent"] != claim.agent for x in entry["claims"]):
+                entry["claims"].append(claim.model_dump(mode="json", exclude={"interpretation"}))
+    return {
+        "status": result.status,
+        "reason": reason,
+        "metrics": list(metrics.values()),
+        "consensus_narrative": result.consensus_narrative,
+        "resume_with": "{'accept': true}, or {'decisions': {'<metric>': {'agent': '<name>'} | "
+        "{'value': 0.1}}, 'note': '...'}",
+    }
+
+
+def apply_human_review(result: ArbitrationResult, decision: HumanDecision, reason: str) -> ArbitrationResult:
+    """Record a reviewer's decision: a human turn, and each metric they settled marked resolved.
+
+    ``decision.decisions`` maps a metric to ``{"agent": name}`` (that agent's claim wins) or
+    ``{"value": number}`` (with an optional ``citation``); metrics not named keep their status.
+
+    Raises:
+        UsageError: a metric or an agent that the arbitration does not know.
+    """
+    from .errors import UsageError
+
+    out = result.model_copy(deep=True)
+    claims = {
+        (c.metric_name, claim.agent): claim for c in out.contradictions for claim in (c.agent1, c.agent2)
+    }
+    by_metric = {m.metric_name: m for m in out.metrics}
+    lines = []
+    for metric, choice in (decision.decisions or {}).items():
+        m = by_metric.get(norm_metric(metric))
+        if m is None or not isinstance(choice, dict):
+            raise UsageError(
+                f"human review: no contradiction on metric {metric!r} (or its choice is not a dict)"
+            )
+        if "agent" in choice:
+            claim = claims.get((m.metric_name, choice["agent"]))
+            if claim is None:
+                raise UsageError(f"human review: no claim by {choice['agent']!r} on {m.metric_name}")
+            m.value, m.citation, m.agents = claim.value, claim.citation, [claim.agent]
+        else:
+            m.value, m.citation, m.agents = choice.get("value"), choice.get("citation"), []
+        m.status, m.reason = "resolved", f"human review{': ' + decision.note if decision.note else ''}"
+        lines.append(f"{m.metric_name}: {m.value} (human review).")
+        for report in out.adjusted_reports:
+            for f in report.findings:
+                if norm_metric(f.metric) == m.metric_name:
+                    outcome = "confirmed" if report.agent in m.agents else "superseded"
+                    f.debate = {
+                        "outcome": outcome,
+                        "accepted_value": m.value,
+                        "accepted_citation": m.citation,
+                        "why": m.reason,
+                    }
+    status_of = {m.metric_name: m.status for m in out.metrics}
+    out.flagged_for_review = sum(1 for c in out.contradictions if status_of[c.metric_name] == "flagged")
+    out.resolved = out.contradictions_found - out.flagged_for_review
+    if lines:
+        out.consensus_narrative = "\n".join([out.consensus_narrative, *lines]).strip()
+    out.human_review = Turn(
+        speaker="human",
+        round=1,
+        phase="human",
+        output="human_review",
+        content=decision.content(reason),
+        model="human",
+    )
+    return out
+
+
+def arbitration_node(
+    *,
+    model: str | Model | None = None,
+    reports_key: str = "agent_reports",
+    output_key: str = "debate_results",
+    human_review: ReviewMode | None = None,
+    debate: Debate | None = None,
+    source_authority: Sequence[str] = SOURCE_AUTHORITY,
+    timeout_s: float | None = DEFAULT_TIMEOUT,
+    concurrency: int = 4,
+) -> Callable[[Any], Awaitable[dict[str, Any]]]:
+    """Seed 004's debate node for a LangGraph graph: arbitrate the reports in the state.
+
+    Reads the reports (dicts) under ``reports_key``; writes the adjusted reports back there and
+    the whole :class:`ArbitrationResult` as JSON data under ``output_key``. Every arbitration
+    call's engine events, and seed 004's progress events (``{"type": "arbitration", "status",
+    ...}``), go to LangGraph's custom stream.
+
+    ``human_review="split"`` pauses the graph with ``interrupt()`` when a metric is flagged for
+    review (a split decision, a failed or missing ruling); ``"always"`` whenever there was a
+    contradiction. Resume with ``Command(resume={"decisions": {...}, "note": ...})`` or
+    ``{"accept": True}`` (:func:`apply_human_review`, :mod:`moot.human_review`). The
+    arbitration runs as a LangGraph task, so resuming does not call the arbitrator again. Needs
+    a checkpointer.
+
+    Raises:
+        UsageError: an unknown ``human_review``; (when the node runs) ``human_review`` without a
+            checkpointer.
+    """
+    mode = check_mode(human_review)
+    arbiter = debate or Debate("arbitration", model=model)
+
+    def progress(stage: str, status: str, data: Any = None, latency_ms: float | None = None) -> None:
+        graph_stream.write(
+            {
+                "type": "arbitration",
+                "source": "moot",
+                "status": status,
+                "data": data,
+                "latency_ms": latency_ms,
+            }
+        )
+
+    async def node(state: Any) -> dict[str, Any]:
+        if mode is not None:
+            require_checkpointer("arbitration node")
+
+        async def run() -> dict[str, Any]:
+            result = await arbitrate(
+                state.get(reports_key) or [],
+                debate=arbiter,
+                on_progress=progress,
+                on_event=graph_stream.stream_event,
+                source_authority=source_authority,
+                timeout_s=timeout_s,
+                concurrency=concurrency,
+            )
+            return result.model_dump(mode="json")
+
+        if mode is None:
+            result = ArbitrationResult.model_validate(await run())
+        else:
+            result = ArbitrationResult.model_validate(await run_once("arbitration_run", run))
+            reason = None
+            if result.contradictions_found and mode == "always":
+                reason = "every arbitration is reviewed (human_review='always')"
+            elif result.flagged_for_review:
+                reason = f"{result.flagged_for_review} contradiction(s) flagged for review"
+            if reason is not None:
+                decision = HumanDecision.parse(ask_human(_review_summary(result, reason)))
+                result = apply_human_review(result, decision, reason)
+                graph_stream.write(
+                    {
+                        "type": "human_review",
+                        "source": "moot",
+                        "reason": reason,
+                        "decision": decision.content(reason),
+                    }
+                )
+        return {
+            reports_key: [r.model_dump(mode="json") for r in result.adjusted_reports],
+            output_key: result.model_dump(mode="json"),
+        }
+
+    node.__name__ = node.__qualname__ = "arbitration"
+    return node

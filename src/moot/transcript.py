@@ -79,8 +79,8 @@ class Turn(BaseModel):
     """Persona key."""
     round: int
     """1-based round number (the judge's turn carries the last round's number)."""
-    phase: Literal["turn", "moderator", "judge"] = "turn"
-    """Which step produced it."""
+    phase: Literal["turn", "moderator", "judge", "human"] = "turn"
+    """Which step produced it (``human``: a reviewer's decision, :mod:`moot.human_review`)."""
     stance: Stance | None = None
     """The speaker's stance, if any."""
     output: str = ""
@@ -204,6 +204,9 @@ class DebateResult(BaseModel):
     """True when the early-stop rule ended the debate before its last round."""
     skipped: bool = False
     """True when the debate did not run at all (e.g. ``debate_mode`` off)."""
+    human_review: Turn | None = None
+    """The human reviewer's turn (phase ``human``, content ``accepted``/``answer``/``note``/``reason``),
+    when a LangGraph graph paused for one (:mod:`moot.human_review`)."""
     usage: Usage = Field(default_factory=Usage)
     """Calls and tokens over the whole debate."""
     timings: Timings = Field(default_factory=Timings)

@@ -29,7 +29,7 @@ callbacks) outside the state, keyed by the run's id. A subgraph run stopped betw
 finished turn, and sends only the remaining requests.
 
 Every engine event goes to LangGraph's custom stream as a small JSON dict (the table in
-:mod:`moot.integrations._lg_stream`); read it with ``stream_mode="custom"`` (and
+:mod:`moot.graph_stream`); read it with ``stream_mode="custom"`` (and
 ``subgraphs=True`` for a nested graph).
 
 Protocols with many rounds on LangGraph releases older than 1.0 (default recursion limit
@@ -47,12 +47,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Required, TypedDict
 
+from .. import graph_stream as _lg_stream
 from ..engine import Debate, DebateRun, EventCallback
 from ..errors import MissingDependencyError, UsageError
+from ..human_review import ReviewMode, check_mode, require_checkpointer, run_once
 from ..models import Model
 from ..protocol import Protocol
 from ..transcript import DebateResult, Event, Turn
-from . import _lg_stream
+from . import _lg_review
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -119,6 +121,7 @@ def debate_node(
     answer_key: str | None = None,
     debate_mode_key: str | None = None,
     on_event: EventCallback | None = None,
+    human_review: ReviewMode | None = None,
 ) -> NodeFunction:
     """A graph node that runs a whole debate on the state's topic and context.
 
@@ -144,13 +147,20 @@ def debate_node(
             missing or false, the debate is skipped without any model call: the
             result has ``skipped=True`` and ``final_answer`` is the initial answer.
         on_event: called with every event of every run (besides the custom stream).
+        human_review: ``"split"`` pauses the graph with ``interrupt()`` for a split or
+            low-confidence decision or a fallback, ``"always"`` for every outcome; resume
+            with ``Command(resume=...)`` (:mod:`moot.human_review`). The decision is the
+            result's ``human_review`` turn; an answer given replaces the final answer. The
+            debate runs as a LangGraph task, so resuming does not run it again. Needs a
+            checkpointer.
 
     Returns:
         ``async def node(state) -> dict``, named ``debate_<protocol>``.
 
     Raises:
-        UsageError: ``model`` given together with a Debate; (when the node runs)
-            the topic is missing or empty.
+        UsageError: ``model`` given together with a Debate, an unknown ``human_review``;
+            (when the node runs) the topic is missing or empty, or ``human_review`` without
+            a checkpointer.
         ConfigError: the protocol is invalid.
     """
     if isinstance(debate_or_protocol, Debate):
@@ -159,7 +169,8 @@ def debate_node(
         debate = debate_or_protocol
     else:
         debate = Debate(debate_or_protocol, model=model)
-
+    mode = check_mode(human_review)
+    name = f"debate_{debate.protocol.name}".replace("-", "_")
     listeners = _listeners(on_event)
 
     async def node(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,13 +179,24 @@ def debate_node(
             raise UsageError(f"debate node: the state has no text under {topic_key!r}")
         initial = state.get(initial_answer_key) if initial_answer_key else None
         enabled = bool(state.get(debate_mode_key, False)) if debate_mode_key else True
-        result = await debate.run(
-            topic,
-            context=state.get(context_key),
-            initial_answer=None if initial is None else str(initial),
-            debate_mode=enabled,
-            on_event=listeners,
-        )
+        if mode is not None:
+            require_checkpointer(f"debate node {name}")
+
+        async def run() -> dict[str, Any]:
+            result = await debate.run(
+                topic,
+                context=state.get(context_key),
+                initial_answer=None if initial is None else str(initial),
+                debate_mode=enabled,
+                on_event=listeners,
+            )
+            return result.model_dump(mode="json")
+
+        if mode is None:
+            result = DebateResult.model_validate(await run())
+        else:  # a task: when the graph resumes after the review, the debate is not run again
+            result = DebateResult.model_validate(await run_once(f"{name}_run", run))
+            _lg_review.review(result, mode)
         update: dict[str, Any] = {output_key: result.model_dump(mode="json")}
         if answer_key:
             kept = _kept_because(result)
@@ -186,7 +208,7 @@ def debate_node(
                 )
         return update
 
-    node.__name__ = node.__qualname__ = f"debate_{debate.protocol.name}".replace("-", "_")
+    node.__name__ = node.__qualname__ = name
     return node
 
 
@@ -305,7 +327,7 @@ def _node_names(protocol: Protocol) -> tuple[list[list[str]], dict[str, str]]:
 
     stages = [[claim(key) for key in stage] for stage in protocol.stages()]
     closer = "moderator" if protocol.moderator is not None else "end_round"
-    fixed = {step: claim(step) for step in ("setup", closer, "judge", "finalize")}
+    fixed = {step: claim(step) for step in ("setup", closer, "judge", "finalize", "review")}
     fixed["closer"] = fixed[closer]
     return stages, fixed
 
@@ -331,8 +353,15 @@ class _DebateNodes:
     none for its state (another process, a restart) rebuilds it from the state's turns.
     """
 
-    def __init__(self, debate: Debate, stages: list[list[str]], on_event: EventCallback | None) -> None:
+    def __init__(
+        self,
+        debate: Debate,
+        stages: list[list[str]],
+        on_event: EventCallback | None,
+        human_review: ReviewMode | None = None,
+    ) -> None:
         self.debate = debate
+        self.human_review = human_review
         self.sizes = [len(stage) for stage in stages]
         self.on_event = _listeners(on_event)
         self.live: dict[str, _Live] = {}
@@ -340,6 +369,8 @@ class _DebateNodes:
     async def setup(self, state: DebateGraphState) -> dict[str, Any]:
         # The flag in the state, and the protocol's own `enabled: false` (seed 003), both skip.
         enabled = state.get("debate_mode", True) and self.debate.protocol.enabled
+        if self.human_review is not None:
+            require_checkpointer(f"debate graph {self.debate.protocol.name}")
         run = self.debate.start(
             state.get("topic") or "",
             context=state.get("context"),
@@ -444,6 +475,13 @@ class _DebateNodes:
         self.live.pop(state["run_id"], None)
         return self._update(live, result=result.model_dump(mode="json"))
 
+    async def review(self, state: DebateGraphState) -> dict[str, Any]:
+        """Pause for a human when ``human_review`` says so (this node reruns alone on resume)."""
+        result = DebateResult.model_validate(state["result"])
+        if not _lg_review.review(result, self.human_review):
+            return {}
+        return {"result": result.model_dump(mode="json")}
+
     @property
     def close_round(self) -> NodeAction:
         return self._step(self._close_round)
@@ -464,6 +502,7 @@ def build_debate_graph(
     role_models: Mapping[str, str | Model] | None = None,
     on_event: EventCallback | None = None,
     checkpointer: Any = None,
+    human_review: ReviewMode | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile a protocol into a LangGraph subgraph with one node per speaker (seed 002).
 
@@ -495,6 +534,8 @@ def build_debate_graph(
         on_event: called with every event of every run (besides the custom stream).
         checkpointer: a LangGraph checkpointer when the debate is the top-level graph (as a
             node of a parent graph it uses the parent's).
+        human_review: ``"split"`` or ``"always"``: a ``review`` node after ``finalize``
+            pauses with ``interrupt()`` as :func:`debate_node` does. Needs a checkpointer.
 
     Returns:
         The compiled graph; run it with ``await graph.ainvoke({"topic": ...})``.
@@ -508,7 +549,8 @@ def build_debate_graph(
     debate = Debate(protocol, model=model, role_models=role_models)
     p = debate.protocol
     stages, fixed = _node_names(p)
-    nodes = _DebateNodes(debate, stages, on_event)
+    mode = check_mode(human_review)
+    nodes = _DebateNodes(debate, stages, on_event, mode)
     closer, finalize = fixed["closer"], fixed["finalize"]
 
     graph = state_graph(DebateGraphState, input_schema=DebateGraphInput, output_schema=DebateGraphOutput)
@@ -529,7 +571,12 @@ def build_debate_graph(
             graph.add_edge(prev if len(prev) > 1 else prev[0], name)
     _branch(graph, fixed["setup"], "debate", stages[0], "skip", finalize)
     _branch(graph, closer, "continue", stages[0], "conclude", after_rounds)
-    graph.add_edge(finalize, end)
+    if mode is None:
+        graph.add_edge(finalize, end)
+    else:
+        graph.add_node(fixed["review"], nodes.review)
+        graph.add_edge(finalize, fixed["review"])
+        graph.add_edge(fixed["review"], end)
     name = f"debate_{p.name}".replace("-", "_")
     return graph.compile(name=name, checkpointer=checkpointer)  # type: ignore[no-any-return]
 

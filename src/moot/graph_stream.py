@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..transcript import Event, Turn
+from .transcript import Event, Turn
 
 __all__ = ["TEXT_LIMIT", "event_payload", "write"]
 
