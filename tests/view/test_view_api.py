@@ -277,3 +277,10 @@ def test_a_running_run_lists_the_calls_and_tokens_stored_so_far(tmp_path: Path) 
             assert rows[rec.run_id]["usage"]["calls"] == 2
             assert rows[rec.run_id]["usage"]["prompt_tokens"] == 200
             assert rows[bench]["usage"]["calls"] == 3 and rows[bench]["usage"]["completion_tokens"] == 6
+
+
+def test_api_docs_are_served_from_the_package(client: TestClient) -> None:
+    docs = client.get("/docs").text
+    assert "/static/swagger/swagger-ui-bundle.js" in docs and "cdn" not in docs.lower()
+    assert client.get("/static/swagger/swagger-ui-bundle.js").status_code == 200
+    assert client.get("/redoc").status_code == 404  # dropped: its assets would come from a CDN

@@ -211,3 +211,72 @@ def test_live_run_updates_in_the_page_and_delete_is_confirmed(
     page.wait_for_url(base + "/", timeout=15_000)
     assert page.dialogs and "cannot be undone" in page.dialogs[0]
     assert store.list() == []
+
+
+def test_search_finds_words_said_only_inside_a_turn(
+    filled: dict[str, str], page: Any, serve: Callable[[Path], str]
+) -> None:
+    base = serve(Path(os.environ["MOOT_STORE"]))
+    page.goto(base + "/")
+    page.fill("input[name=q]", "disagree")  # the critic's reply; no title has the word
+    page.click("button[type=submit]")
+    page.wait_for_url("**q=disagree**")
+    links = page.locator("table#runs a.run-link").evaluate_all(
+        "els => els.map(e => e.getAttribute('href').split('/')[2])"
+    )
+    assert links == [filled["debate"]]
+    assert "showing 1–1 of 1" in page.locator("nav.pager").first.inner_text()
+
+
+def test_the_list_pages_through_200_runs(page: Any, serve: Callable[[Path], str], tmp_path: Path) -> None:
+    path = tmp_path / "many.db"
+    with RunStore(path) as store:
+        ids = {store.create_run("run", title=f"Topic number {i}", model="test:many") for i in range(200)}
+        for run_id in ids:
+            store.update(run_id, status="complete", ended=True)
+    base = serve(path)
+    page.goto(base + "/")
+    seen: list[str] = []
+    pages = 0
+    while True:
+        pages += 1
+        seen += page.locator("table#runs a.run-link").evaluate_all(
+            "els => els.map(e => e.getAttribute('href').split('/')[2])"
+        )
+        older = page.locator("nav.pager a.older").first
+        if older.count() == 0:
+            break
+        older.click()
+        page.wait_for_load_state()
+    assert pages == 4 and len(seen) == 200 and set(seen) == ids  # every run once, 50 a page
+    assert "showing 151–200 of 200" in page.locator("nav.pager").first.inner_text()
+    page.locator("nav.pager a.newer").first.click()
+    page.wait_for_load_state()
+    assert "showing 101–150 of 200" in page.locator("nav.pager").first.inner_text()
+
+
+def test_every_page_loads_with_requests_to_127_0_0_1_only(
+    filled: dict[str, str], page: Any, serve: Callable[[Path], str]
+) -> None:
+    base = serve(Path(os.environ["MOOT_STORE"]))
+    requests: list[str] = []
+    page.context.on("request", lambda r: requests.append(r.url))
+    bench = filled["bench_a"]
+    urls = [
+        "/",
+        "/?kind=bench&q=arithmetic",
+        *(f"/runs/{run_id}" for run_id in filled.values()),
+        f"/runs/{bench}/items/arithmetic-1",
+        f"/compare?a={filled['bench_a']}&b={filled['bench_b']}",
+        f"/compare?a={filled['debate']}&b={filled['fallback']}",
+        "/docs",
+    ]
+    for url in urls:
+        response = page.goto(base + url)
+        assert response is not None and response.ok, url
+        page.wait_for_load_state("networkidle")
+    page.wait_for_selector(".swagger-ui .info", timeout=15_000)  # the API page rendered, offline
+    assert "moot view" in page.locator(".swagger-ui .info").inner_text()
+    assert page.locator(".opblock").count() >= 5
+    outside = [u for u in requests if not u.startswith(base + "/") and not u.startswith("data:")]
+    assert outside == [] and len(requests) > len(urls)

@@ -100,7 +100,12 @@ def create_app(store_path: str | Path, *, token: str | None = None, host: str = 
         UsageError: no store at ``store_path``.
     """
     store = RunStore(store_path, must_exist=True)
-    app = FastAPI(title="moot view", description="Runs recorded by moot: the JSON API the pages use.")
+    app = FastAPI(
+        title="moot view",
+        description="Runs recorded by moot: the JSON API the pages use.",
+        docs_url=None,  # served below from this package's own copy of Swagger UI, never a CDN
+        redoc_url=None,
+    )
     templates = _templates()
     if host in LOOPBACK:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]"])
@@ -109,7 +114,24 @@ def create_app(store_path: str | Path, *, token: str | None = None, host: str = 
     app.mount("/static", StaticFiles(directory=str(_package_dir("static"))), name="static")
     _api(app, store)
     _pages(app, store, templates)
+    _docs(app)
     return app
+
+
+def _docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI from ``static/swagger/`` (vendored), so the API page works offline."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title="moot view · API",
+            swagger_js_url="/static/swagger/swagger-ui-bundle.js",
+            swagger_css_url="/static/swagger/swagger-ui.css",
+            swagger_favicon_url="/static/swagger/favicon-32x32.png",
+            swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from validator.swagger.io
+        )
 
 
 _SORTS: dict[str, Literal["time", "cost", "score"]] = {"time": "time", "cost": "cost", "score": "score"}
