@@ -15,6 +15,7 @@ structured fields so callers can react without parsing messages::
         ├── ModelError                 the backend failed (.model)
         │   ├── ModelHTTPError         HTTP error status (.status_code, .body, .retry_after)
         │   ├── ModelResponseError     a 200 whose body cannot be read (not JSON, no choices)
+        │   ├── ReplayMissingError     a replayed run never recorded the reply asked for (.request)
         │   └── ModelConnectionError   endpoint unreachable / connection dropped
         │       └── ModelTimeoutError  one request exceeded its time limit (.seconds)
         ├── OutputValidationError      output still invalid after the repair request (.raw, .errors)
@@ -41,6 +42,7 @@ __all__ = [
     "ModelTimeoutError",
     "MootError",
     "OutputValidationError",
+    "ReplayMissingError",
     "RunError",
     "UnknownProviderError",
     "UsageError",
@@ -210,6 +212,18 @@ class ModelResponseError(ModelError):
 
     def __init__(self, message: str, *, model: str = "") -> None:
         super().__init__(message, model=model, retryable=True)
+
+
+class ReplayMissingError(ModelError):
+    """A replay was asked for a reply its recorded run does not hold; no request is ever sent instead.
+
+    Attributes:
+        request: who asked: ``speaker``, ``round`` and ``phase``.
+    """
+
+    def __init__(self, message: str, *, request: dict[str, object], model: str = "") -> None:
+        super().__init__(message, model=model, retryable=False)
+        self.request = request
 
 
 class ModelTimeoutError(ModelConnectionError):

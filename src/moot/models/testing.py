@@ -21,12 +21,23 @@ import inspect
 import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
-from .base import Model, ModelRequest, ModelResponse, Usage
+from ..errors import ModelResponseError, ReplayMissingError, UsageError
+from .base import Model, ModelRequest, ModelResponse, Usage, note_cached_reply
 
-__all__ = ["FunctionModel", "Reply", "SchemaModel", "ScriptedModel", "from_spec", "schema_instance"]
+if TYPE_CHECKING:  # pragma: no cover - only for the annotation of ReplayModel.from_run
+    from ..runs.store import RunStore
+
+__all__ = [
+    "FunctionModel",
+    "ReplayModel",
+    "Reply",
+    "SchemaModel",
+    "ScriptedModel",
+    "from_spec",
+    "schema_instance",
+]
 
 #: What a scripted or function model may produce for one call: text, a dict
 #: (sent as JSON), a full ModelResponse, or an exception to raise.
@@ -232,3 +243,124 @@ def from_spec(rest: str) -> Model:
     if rest not in ("", "schema"):
         raise UsageError(f"unknown test model {rest!r}; known: test:schema")
     return SchemaModel()
+
+
+_Slot = tuple[str, int, str]
+
+
+class ReplayModel(Model):
+    """A recorded debate's replies as the model: re-run it, or re-decide it, with no request.
+
+    Each request is answered with the reply the recorded run got for the same speaker, round
+    and phase (a turn's validated content as JSON; a failed turn's raw text, or its error
+    again). A reply the run never recorded (another protocol asks for a turn it never had) is
+    a :class:`~moot.errors.ReplayMissingError` naming the request, never a silent call, unless
+    ``live`` is given: then ``live`` answers it, and ``until_round`` sends every request after
+    that round (the judge's included) to ``live`` ("replay up to here, continue live").
+
+    Replies served from the record count as ``usage.cached``, not as calls; the turns they
+    make carry the model name ``replay:<recorded model>``, so a record tells replayed turns
+    from live ones. Turn a real run into a regression test of your own pipeline::
+
+        model = ReplayModel.from_run(open_store("runs.db"), "3f2a9c")
+        result = Debate("adversarial", model=model).run_sync(topic)  # no server needed
+
+    Args:
+        turns: the recorded turns (``Turn`` objects or their JSON dicts).
+        live: the model for what the record does not hold (or holds past ``until_round``).
+        until_round: replay rounds up to this one; later rounds and the judge go to ``live``.
+        name: the model's name.
+    """
+
+    def __init__(
+        self,
+        turns: Iterable[Any],
+        *,
+        live: Model | None = None,
+        until_round: int | None = None,
+        name: str = "replay",
+    ) -> None:
+        super().__init__()
+        if until_round is not None and live is None:
+            raise UsageError("replaying up to a round needs a live model for the rounds after it")
+        self.name = name
+        self.live = live
+        self.until_round = until_round
+        self.requests: list[ModelRequest] = []
+        self.replayed = 0
+        """Requests answered from the record."""
+        self._replies: dict[_Slot, deque[dict[str, Any]]] = {}
+        self.last_round = 0
+        for turn in turns:
+            data = turn.model_dump(mode="json") if hasattr(turn, "model_dump") else dict(turn)
+            slot = (str(data["speaker"]), int(data["round"]), str(data.get("phase") or "turn"))
+            self._replies.setdefault(slot, deque()).append(data)
+            self.last_round = max(self.last_round, slot[1])
+        if live is not None:
+            self.max_concurrency = live.max_concurrency
+            self.request_timeout = live.request_timeout
+            self.tokens_per_second = live.tokens_per_second
+
+    @classmethod
+    def from_result(cls, result: Any, **kwargs: Any) -> ReplayModel:
+        """From a ``DebateResult`` (or its JSON data): every round's turns, moderators and the judge."""
+        data = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
+        if not isinstance(data, dict) or "rounds" not in data:
+            raise UsageError("not a debate result: a replay needs a run recorded by moot run or Debate(store=)")
+        turns = [t for rnd in data.get("rounds") or [] for t in rnd.get("turns") or []]
+        turns += [rnd["moderator"] for rnd in data.get("rounds") or [] if rnd.get("moderator")]
+        if data.get("verdict"):
+            turns.append(data["verdict"])
+        models = {t.get("model") for t in turns if t.get("model")}
+        kwargs.setdefault("name", f"replay:{models.pop()}" if len(models) == 1 else "replay")
+        return cls(turns, **kwargs)
+
+    @classmethod
+    def from_run(cls, store: RunStore, run_id: str, **kwargs: Any) -> ReplayModel:
+        """From a run in a run store (its id or a unique prefix).
+
+        Raises:
+            UsageError: no such run, or the run is not a finished debate.
+        """
+        record = store.get(store.resolve_id(run_id))
+        if record.result is None:
+            raise UsageError(f"run {record.id} has no stored result to replay (status {record.status})")
+        return cls.from_result(record.result, **kwargs)
+
+    def _slot(self, request: ModelRequest) -> _Slot:
+        meta = request.metadata
+        return (str(meta.get("speaker", "")), int(meta.get("round", 0) or 0), str(meta.get("phase") or "turn"))
+
+    def _recorded(self, slot: _Slot) -> dict[str, Any] | None:
+        replies = self._replies.get(slot)
+        if not replies and slot[2] == "judge":  # a judge is recorded with its last round's number
+            replies = next((v for k, v in self._replies.items() if k[0] == slot[0] and k[2] == "judge"), None)
+        return replies.popleft() if replies else None
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """The recorded reply for this request's speaker, round and phase (or ``live``'s)."""
+        self.requests.append(request)
+        slot = self._slot(request)
+        past = self.until_round is not None and (
+            slot[1] > self.until_round or (slot[2] == "judge" and self.until_round < self.last_round)
+        )
+        recorded = None if past else self._recorded(slot)
+        if recorded is None:
+            if self.live is not None:
+                return await self.live.request(request)
+            who = {"speaker": slot[0], "round": slot[1], "phase": slot[2]}
+            raise ReplayMissingError(
+                f"the recorded run has no reply for {slot[0]} (round {slot[1]}, {slot[2]}); "
+                "a replay sends no request",
+                request=who,
+                model=self.name,
+            )
+        self.replayed += 1
+        note_cached_reply()
+        if recorded.get("content") is not None:
+            text = json.dumps(recorded["content"])
+        elif recorded.get("raw") is not None:
+            text = str(recorded["raw"])
+        else:  # the recorded turn failed without a reply: it fails again, the same way
+            raise ModelResponseError(f"replayed failure: {recorded.get('error') or 'no reply'}", model=self.name)
+        return ModelResponse(text=text, usage=Usage(cached=1), model=self.name, finish_reason="stop")
