@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_server import Fate, FaultServer, schema_reply
 
-from moot import Debate
+from fault_server import Fate, FaultServer, schema_reply
+from moot import Debate, models
+from moot.cli import main
 from moot.errors import ReplayMissingError, UsageError
 from moot.models.openai import OpenAIModel
 from moot.models.testing import ReplayModel, SchemaModel
@@ -109,3 +110,90 @@ def test_replay_refuses_what_it_cannot_replay(tmp_path: Path) -> None:
         ReplayModel([], until_round=1)
     with pytest.raises(UsageError, match="not a debate result"):
         ReplayModel.from_result({"items": []})
+
+
+def _cli_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert captured.out, captured.err
+    return code, json.loads(captured.out)
+
+
+def test_moot_run_from_replay_and_replay_until(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "runs.db"
+    with FaultServer(_varied) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        try:
+            base = ["--store", str(store), "--json"]
+            no_stop = tmp_path / "no_stop.yaml"
+            no_stop.write_text("early_stop: {rule: none}\n")
+            code, first = _cli_run(
+                [
+                    "run",
+                    TOPIC,
+                    "--protocol",
+                    "adversarial",
+                    "--config",
+                    str(no_stop),
+                    "--rounds",
+                    "3",
+                    "--model",
+                    "openai:m",
+                    *base,
+                ],
+                capsys,
+            )
+            with RunStore(store) as opened:
+                run_id = opened.list()[0].id
+            served = server.requests
+            # --replay: 0 requests, the same answer; the new run names its source.
+            code, again = _cli_run(["run", "--from", run_id, "--replay", *base], capsys)
+            assert server.requests == served
+            assert again["final_answer"] == first["final_answer"]
+            assert again["usage"]["calls"] == 0 and again["usage"]["cached"] == first["usage"]["calls"]
+            # Another decision rule on the recorded turns: still 0 requests.
+            rule = tmp_path / "rule.yaml"
+            rule.write_text("aggregation: evidence_based\nearly_stop: {rule: none}\n")
+            code, redecided = _cli_run(
+                [
+                    "run",
+                    "--from",
+                    run_id,
+                    "--replay",
+                    "--protocol",
+                    "adversarial",
+                    "--rounds",
+                    "3",
+                    "--config",
+                    str(rule),
+                    *base,
+                ],
+                capsys,
+            )
+            assert server.requests == served
+            assert redecided["decision"]["strategy"] == "evidence_based"
+            # --replay-until 1 with another model for the opponent: round 1 replayed, later rounds live.
+            code, forked = _cli_run(
+                ["run", "--from", run_id, "--replay-until", "1", "--role-model", "opponent=test", *base],
+                capsys,
+            )
+            live_requests = server.requests - served
+            by_round = {r["number"]: {t["speaker"]: t["model"] for t in r["turns"]} for r in forked["rounds"]}
+            assert set(by_round[1].values()) == {"replay:openai:fake"}
+            assert by_round[2]["opponent"] == "test:schema" and by_round[2]["proponent"] == "openai:fake"
+            # Live: the proponent and the moderator at the server, the opponent at the test model.
+            assert live_requests == 4
+            assert forked["usage"]["calls"] == live_requests + 2
+            assert forked["usage"]["cached"] == 3  # round 1: proponent, opponent, moderator
+        finally:
+            models._CACHE.pop("openai:m", None)
+    with RunStore(store) as opened:
+        rows = {r.id: r for r in opened.list()}
+        replays = [opened.get(i).config.get("replay") for i in rows]
+    assert {"from_run": run_id, "until_round": None} in replays
+    assert {"from_run": run_id, "until_round": 1} in replays
+    assert main(["run", TOPIC, "--replay", "--model", "test"]) == 2
+    assert "give --from RUN_ID" in capsys.readouterr().err

@@ -15,7 +15,8 @@ from rich.table import Table
 
 from ..engine import Debate, debate_config
 from ..errors import UsageError
-from ..models import default_model_spec
+from ..models import Model, default_model_spec
+from ..models.testing import ReplayModel
 from ..protocol import read_overrides
 from ..runs import RunStatus, open_store, recording
 from ..transcript import DebateResult, Event, Turn
@@ -217,6 +218,51 @@ def _from_record(run_id: str, store: Path | None) -> dict[str, Any]:
     return record.config
 
 
+def _replay_debate(
+    debate: Debate,
+    spec: str | Path | dict[str, Any],
+    model: str | None,
+    replayed: dict[str, Any] | None,
+    store: Path | None,
+    given_roles: dict[str, str],
+    overrides: dict[str, Any],
+) -> Debate:
+    """``debate`` with each persona replaying the recorded run (unchanged when not replaying)."""
+    if replayed is None:
+        return debate
+    replayers = _replayers(replayed["from_run"], store, debate, given_roles, replayed["until_round"])
+    return Debate(spec, model=model, role_models=replayers, overrides=overrides)
+
+
+def _replayers(
+    run_id: str,
+    store: Path | None,
+    players: Debate,
+    given_roles: dict[str, str],
+    until_round: int | None,
+) -> dict[str, str | Model]:
+    """Each persona's model for a replay of ``run_id``: its recorded replies, then live ones.
+
+    With ``until_round`` every persona replays up to that round and continues with its own
+    model; without, a persona the user gave a model (``--role-model``) plays live and the rest
+    replay the record in full.
+    """
+    opened = open_store(store)
+    assert opened is not None
+    with opened:
+        record = opened.get(opened.resolve_id(run_id))
+    out: dict[str, str | Model] = {}
+    for key in players.protocol.personas:
+        live = players.model_for(key)
+        if until_round is None and key in given_roles:
+            out[key] = live
+            continue
+        out[key] = ReplayModel.from_result(
+            record.result, live=live if until_round is not None else None, until_round=until_round
+        )
+    return out
+
+
 def _batch(
     debate: Debate,
     input_file: Path,
@@ -306,6 +352,19 @@ def _batch_clash(
         raise UsageError(problem)
 
 
+def _replaying(from_run: str | None, replay: bool, until_round: int | None) -> dict[str, Any] | None:
+    """What a replay replays (recorded in the new run's config), or None when not replaying.
+
+    Raises:
+        UsageError: --replay or --replay-until without --from.
+    """
+    if not replay and until_round is None:
+        return None
+    if not from_run:
+        raise UsageError("--replay and --replay-until replay a recorded run: give --from RUN_ID")
+    return {"from_run": from_run, "until_round": until_round}
+
+
 def _check_args(topic: str | None, initial_answer: str | None, out: Path | None) -> None:
     """Arguments that cannot work fail before any model loads or runs."""
     for value, what in ((topic, "the topic"), (initial_answer, "--initial-answer")):
@@ -372,6 +431,24 @@ def register(app: typer.Typer) -> None:
         cache: CacheOption = False,
         cache_file: CacheFileOption = None,
         cache_expiry: CacheExpiryOption = None,
+        replay: Annotated[
+            bool,
+            typer.Option(
+                "--replay",
+                help="With --from: answer every request with the run's recorded reply (no request is "
+                "sent); a reply the record lacks fails its turn, naming it. A persona given --role-model "
+                "plays live.",
+            ),
+        ] = False,
+        replay_until: Annotated[
+            int | None,
+            typer.Option(
+                "--replay-until",
+                min=1,
+                help="With --from: replay the recorded replies up to this round, then continue live "
+                "(with --model / --role-model, or the recorded models).",
+            ),
+        ] = None,
     ) -> int:
         """Run one debate and show it live (or print the result as JSON), or a batch with --input.
 
@@ -380,6 +457,7 @@ def register(app: typer.Typer) -> None:
         apply_cache_options(cache, cache_file, cache_expiry)
         allow_outside(allow_outside_paths)
         _check_args(topic, initial_answer, out)
+        _replaying(from_run, replay, replay_until)
         if input_file is not None or output is not None or concurrency is not None:
             _batch_clash(
                 topic, input_file, output, as_json=as_json, out=out, from_run=from_run, dry_run=dry_run
@@ -408,9 +486,12 @@ def register(app: typer.Typer) -> None:
         topic = topic if topic is not None else recorded.get("topic")
         if topic is None:
             raise UsageError("give a TOPIC (or --from RUN_ID to re-run a recorded debate)")
+        given_roles = parse_role_models(role_model)
         model = model or recorded.get("model")
-        roles = dict(recorded.get("role_models") or {}) | parse_role_models(role_model)
+        roles = dict(recorded.get("role_models") or {}) | given_roles
         debate = Debate(spec, model=model, role_models=roles, overrides=overrides)
+        replayed = _replaying(from_run, replay, replay_until)
+        debate = _replay_debate(debate, spec, model, replayed, store, given_roles, overrides)
         ctx = load_context(context) if context is not None else recorded.get("context")
         if initial_answer is None:
             initial_answer = recorded.get("initial_answer")
@@ -432,6 +513,8 @@ def register(app: typer.Typer) -> None:
         )
         if from_run:
             cfg["from_run"] = from_run
+        if replayed is not None:
+            cfg["replay"] = replayed
         console = make_console(stderr=as_json)
         notice = DEMO_NOTICE if debate_mode and uses_demo_model(debate) else None
         with ExitStack() as stack:
