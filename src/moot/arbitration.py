@@ -50,7 +50,7 @@ from .contradictions import (
 from .deadline import Deadline, timeout_scope
 from .engine import Debate, DebateRun, EventCallback
 from .human_review import HumanDecision, ReviewMode, ask_human, check_mode, require_checkpointer, run_once
-from .models import Model
+from .models import ModelLike
 from .models.base import Usage
 from .schemas import Arbitration
 from .transcript import DebateResult, Turn
@@ -242,7 +242,7 @@ async def _notify(cb: ProgressCallback | None, *args: Any) -> None:
 async def arbitrate(
     reports: Sequence[AgentReport | dict[str, Any]],
     *,
-    model: str | Model | None = None,
+    model: ModelLike | None = None,
     concurrency: int = 4,
     on_progress: ProgressCallback | None = None,
     debate: Debate | None = None,
@@ -459,7 +459,7 @@ def apply_human_review(result: ArbitrationResult, decision: HumanDecision, reaso
 
 def arbitration_node(
     *,
-    model: str | Model | None = None,
+    model: ModelLike | None = None,
     reports_key: str = "agent_reports",
     output_key: str = "debate_results",
     human_review: ReviewMode | None = None,

@@ -16,7 +16,7 @@ from typing import Any
 from .deadline import Deadline, run_deadline
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
-from .models import Model, default_model_spec, model_info, resolve_model
+from .models import Model, ModelLike, default_model_spec, model_info, resolve_model
 from .models.cache import ResponseCache, open_cache, with_cache
 from .observe import RunStart
 from .prompting import load_prompt
@@ -26,8 +26,13 @@ from .transcript import DebateResult, Event
 __all__ = ["Debate", "DebateRun", "EventCallback", "debate_config"]
 
 
-def _spec(spec: str | Model | None) -> str | None:
-    return spec.name if isinstance(spec, Model) else spec
+def _spec(spec: ModelLike | None) -> str | None:
+    if spec is None or isinstance(spec, str):
+        return spec
+    if isinstance(spec, Model):
+        return spec.name
+    ident = getattr(spec, "model_name", None) or getattr(spec, "model", None)  # a LangChain chat model
+    return f"langchain:{ident if isinstance(ident, str) else type(spec).__name__}"
 
 
 def debate_config(
@@ -92,8 +97,8 @@ class Debate:
         self,
         protocol: Protocol | str | Path | dict[str, Any] = "answer",
         *,
-        model: str | Model | None = None,
-        role_models: Mapping[str, str | Model] | None = None,
+        model: ModelLike | None = None,
+        role_models: Mapping[str, ModelLike] | None = None,
         overrides: dict[str, Any] | None = None,
         store: Any = None,
         cache: str | Path | ResponseCache | bool | None = None,
@@ -110,7 +115,7 @@ class Debate:
         load_prompt(self.protocol.speaker_prompt)
         self._default_spec = model
         self._models: dict[str, Model] = {}
-        self._role_specs: dict[str, str | Model] = {}
+        self._role_specs: dict[str, ModelLike] = {}
         for key, spec in (role_models or {}).items():
             if key not in self.protocol.personas:
                 known = ", ".join(self.protocol.personas)

@@ -51,7 +51,7 @@ from .. import graph_stream as _lg_stream
 from ..engine import Debate, DebateRun, EventCallback
 from ..errors import MissingDependencyError, UsageError
 from ..human_review import ReviewMode, check_mode, require_checkpointer, run_once
-from ..models import Model
+from ..models import ModelLike
 from ..protocol import Protocol
 from ..transcript import DebateResult, Event, Turn
 from . import _lg_review
@@ -113,7 +113,7 @@ def _kept_because(result: DebateResult) -> str | None:
 def debate_node(
     debate_or_protocol: Debate | ProtocolSpec,
     *,
-    model: str | Model | None = None,
+    model: ModelLike | None = None,
     topic_key: str = "topic",
     context_key: str = "context",
     initial_answer_key: str | None = None,
@@ -498,8 +498,8 @@ class _DebateNodes:
 def build_debate_graph(
     protocol: ProtocolSpec,
     *,
-    model: str | Model | None = None,
-    role_models: Mapping[str, str | Model] | None = None,
+    model: ModelLike | None = None,
+    role_models: Mapping[str, ModelLike] | None = None,
     on_event: EventCallback | None = None,
     checkpointer: Any = None,
     human_review: ReviewMode | None = None,

@@ -23,7 +23,7 @@ import importlib
 import os
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from ..errors import UnknownProviderError, UsageError
 from ._spec import split_provider
@@ -41,11 +41,18 @@ from .cache import current_cache, with_cache
 from .retry import RetryPolicy, call_model
 from .testing import FunctionModel, ScriptedModel
 
+if TYPE_CHECKING:
+    from langchain_core.language_models.chat_models import BaseChatModel
+
+ModelLike: TypeAlias = "str | Model | BaseChatModel"
+"""What ``model=`` takes: a ``provider:model`` spec, a Model, or a LangChain chat model."""
+
 __all__ = [
     "ALLOW_MODEL_REQUESTS",
     "FunctionModel",
     "Message",
     "Model",
+    "ModelLike",
     "ModelRequest",
     "ModelResponse",
     "RetryPolicy",
@@ -122,8 +129,11 @@ def _load_factory(target: str | Callable[[str], Model]) -> Callable[[str], Model
     return obj
 
 
-def resolve_model(spec: str | Model | None) -> Model:
+def resolve_model(spec: ModelLike | None) -> Model:
     """Turn a spec (or an instance, or None for the default) into a Model.
+
+    A LangChain ``BaseChatModel`` is wrapped in :class:`~moot.models.langchain.LangChainModel`
+    (extra ``moot[langchain]``).
 
     None means :func:`default_model_spec`: ``$MOOT_MODEL``, else ``local``.
 
@@ -138,6 +148,14 @@ def resolve_model(spec: str | Model | None) -> Model:
     """
     if isinstance(spec, Model):
         return with_cache(spec, current_cache())
+    if spec is not None and not isinstance(spec, str):
+        from .langchain import LangChainModel, is_langchain_model
+
+        if not is_langchain_model(spec):
+            raise UsageError(
+                f"not a model: {spec!r} (give a provider:model spec, a Model or a LangChain chat model)"
+            )
+        return with_cache(LangChainModel(spec), current_cache())
     spec = (spec or default_model_spec()).strip()
     if not spec:
         raise UsageError("empty model spec")
