@@ -309,12 +309,18 @@ def decide(
 def best_answer(result: DebateResult, answer_field: str = "answer") -> str | None:
     """The most confident valid answer of the latest round that has one (the fallback of seed 000)."""
     for rnd in reversed(result.rounds):
-        candidates = [t for t in rnd.turns if t.ok and (t.get(answer_field) or t.text)]
+        candidates = [t for t in rnd.turns if t.ok and _answer_text(t, answer_field)]
         if candidates:
             top = max(candidates, key=lambda t: float(t.get("confidence") or 0.0))
-            value = top.get(answer_field) or top.text
-            return str(value)
+            return _answer_text(top, answer_field)
     return None
+
+
+def _answer_text(turn: Turn, answer_field: str) -> str:
+    """The turn's answer (its ``answer_field``, else its main text); "" when that is blank."""
+    value = turn.get(answer_field)
+    text = str(value) if value is not None and str(value).strip() else turn.text
+    return text if text.strip() else ""
 
 
 def _words(text: str) -> set[str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -335,7 +336,8 @@ class DebateRun:
         self._unreported.clear()
         if self.fallback is None:
             self._decide()
-        else:
+            self._check_answer()
+        if self.fallback is not None:
             self.result.fallback = self.fallback
             self.result.final_answer = (
                 self.initial_answer
@@ -447,7 +449,9 @@ class DebateRun:
         self._account(turn)
         if not turn.ok:
             self.result.failed_turns += 1
-            logger.warning(
+            # INFO: the result, its events and every interface show a failed turn; what the CLI
+            # says as a warning is the degradation behind it (retries exhausted, a mode refused).
+            logger.info(
                 "debate %s: %s %s (round %s) failed: %s", self.id, phase, persona.key, rnd, turn.error
             )
             await self.emit("error", round=rnd, speaker=persona.key, message=turn.error)
@@ -556,6 +560,31 @@ class DebateRun:
         kept = [s for s in spans if isinstance(s, str) and s and s in self.topic]
         verdict.content[field] = kept
         self.result.metrics["dropped_evidence_spans"] = len(spans) - len(kept)
+
+    def _check_answer(self) -> None:
+        """A decided answer that is blank is no answer: the run falls back, saying why.
+
+        The shipped schemas already refuse blank content (:data:`moot.schemas.Content`); this
+        catches what they cannot: a user's schema, a non-text answer field, a rule that decided
+        nothing. A judge's blank verdict becomes a failed turn, its content kept as raw text.
+        """
+        p = self.protocol
+        answer = self.result.final_answer
+        if p.aggregation == "none" or (answer is not None and answer.strip()):
+            return
+        verdict = self.result.verdict
+        if p.aggregation == "judge" and verdict is not None and verdict.ok:
+            assert p.judge is not None
+            field = p.judge.answer_field or "main text"
+            verdict.error = f"blank answer: the judge's {field} is blank"
+            verdict.error_kind = "blank_answer"
+            verdict.raw = json.dumps(verdict.content, ensure_ascii=False)
+            verdict.content = None
+            self.result.failed_turns += 1
+            logger.info("debate %s: judge %s failed: %s", self.id, verdict.speaker, verdict.error)
+            self._stop(f"judge failed: {verdict.error}")
+        else:
+            self._stop(f"no answer: the {p.aggregation} rule decided no answer")
 
     def _decide(self) -> None:
         p = self.protocol

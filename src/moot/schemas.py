@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 from .errors import ConfigError
 
@@ -23,6 +31,7 @@ __all__ = [
     "Argument",
     "Arbitration",
     "Confidence",
+    "Content",
     "DebateSummary",
     "MessageTurn",
     "Moderation",
@@ -57,6 +66,18 @@ Confidence = Annotated[float, BeforeValidator(_clamp_confidence)]
 """A float in [0, 1]; percentages and out-of-range values are normalised."""
 
 
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank: write the content itself")
+    return value
+
+
+Content = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
+"""The text a turn exists to give (an answer, a synthesis, a verdict): blank is invalid, so a
+blank reply gets the one repair and then is a failed turn with its raw text, never a result.
+The schema says ``minLength: 1``, so constrained decoders (llama.cpp's grammars) cannot emit "" at all."""
+
+
 class _Out(BaseModel):
     # Outputs ignore extra keys: a model adding a harmless field is not a failed turn.
     model_config = ConfigDict(extra="ignore")
@@ -65,7 +86,7 @@ class _Out(BaseModel):
 class MessageTurn(_Out):
     """A plain debate turn."""
 
-    message: str = Field(description="your argument, in a few sentences")
+    message: Content = Field(description="your argument, in a few sentences")
     key_points: list[str] = Field(default_factory=list, description="short bullet points")
     confidence: Confidence | None = Field(None, description="0 to 1")
 
@@ -73,7 +94,7 @@ class MessageTurn(_Out):
 class AnswerTurn(_Out):
     """An answer to a question (seed 000's agents)."""
 
-    answer: str = Field(description="your full answer")
+    answer: Content = Field(description="your full answer")
     citations: list[str] = Field(default_factory=list, description="sources from the context you relied on")
     confidence: Confidence = Field(0.5, description="0 to 1")
 
@@ -85,14 +106,14 @@ class PrtTurn(_Out):
     stance: Annotated[StanceOut, BeforeValidator(_lower)] = Field(description="pro, con or neutral")
     planning: str = Field(description="what you will argue and why")
     reflection: str = Field(description="weak points of your plan and of earlier turns")
-    message: str = Field(description="what you say to the panel")
+    message: Content = Field(description="what you say to the panel")
     key_points: list[str] = Field(default_factory=list, description="short bullet points")
 
 
 class Argument(_Out):
     """A seed-002 argument with confidence and evidence."""
 
-    content: str = Field(description="your argument")
+    content: Content = Field(description="your argument")
     confidence: Confidence = Field(description="0 to 1")
     supporting_evidence: list[str] = Field(default_factory=list, description="facts supporting the argument")
 
@@ -100,7 +121,7 @@ class Argument(_Out):
 class Moderation(_Out):
     """A moderator's evaluation of a round (seed 002)."""
 
-    evaluation: str = Field(description="strengths and weaknesses of each position")
+    evaluation: Content = Field(description="strengths and weaknesses of each position")
     leaning: Literal["support", "oppose", "uncertain"] = Field(description="which side is stronger so far")
     consensus_reached: bool = Field(description="true if further debate is unlikely to change the outcome")
     open_questions: list[str] = Field(default_factory=list, description="points needing more debate")
@@ -116,7 +137,9 @@ class Moderation(_Out):
 class Refinement(_Out):
     """The refiner's synthesis of a round (seed 002, extended mode): it takes no side."""
 
-    synthesis: str = Field(description="a refined synthesis integrating the valid points of all perspectives")
+    synthesis: Content = Field(
+        description="a refined synthesis integrating the valid points of all perspectives"
+    )
     agreements: list[str] = Field(default_factory=list, description="points the sides agree on")
     disagreements: list[str] = Field(default_factory=list, description="points still in dispute")
     resolutions: list[str] = Field(default_factory=list, description="resolution paths or compromises")
@@ -127,7 +150,7 @@ class DebateSummary(_Out):
     """A judge's summary (seed 001's DebateSummary)."""
 
     winner: str | None = Field(None, description="the most convincing speaker, or null")
-    consensus: str = Field(description="what the panel converged on")
+    consensus: Content = Field(description="what the panel converged on")
     key_agreements: list[str] = Field(default_factory=list)
     key_disagreements: list[str] = Field(default_factory=list)
     rationale: str = Field(description="why")
@@ -136,7 +159,7 @@ class DebateSummary(_Out):
 class Synthesis(_Out):
     """A synthesizer's merged answer (seed 000)."""
 
-    final_answer: str = Field(description="the merged, balanced final answer")
+    final_answer: Content = Field(description="the merged, balanced final answer")
     citations: list[str] = Field(default_factory=list, description="sources from both agents")
     confidence: Confidence = Field(0.5, description="0 to 1")
 
@@ -230,7 +253,7 @@ class Arbitration(_Out):
     """An arbitrator's ruling on one contradiction (seed 004)."""
 
     resolution: Literal["agent1_correct", "agent2_correct", "both_valid", "neither_valid"]
-    explanation: str
+    explanation: Content
     recommended_value: float | None = None
     recommended_citation: str | None = None
     confidence: Confidence

@@ -132,7 +132,7 @@ class Turn(BaseModel):
             "consensus",
         ):
             value = self.get(key)
-            if isinstance(value, str) and value:
+            if isinstance(value, str) and value.strip():
                 return value
         return ""
 

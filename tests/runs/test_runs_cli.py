@@ -38,6 +38,23 @@ def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFix
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["debate"]]
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "known"),
+    [
+        ("--kind", "nonsense", "run, absa, absa-eval, arbitrate, bench"),
+        ("--status", "done", "running, complete, fell_back, failed, interrupted"),
+    ],
+)
+def test_list_refuses_an_unknown_kind_or_status(
+    option: str, value: str, known: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An empty table would read as "no such runs"; a typo must say what the option takes.
+    RunStore(tmp_path / "runs.db").close()
+    assert main(["runs", "list", option, value, "--store", str(tmp_path / "runs.db")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"moot: error: unknown {option} {value!r}; known: {known}"]
+
+
 def test_show_replays_a_debate_like_moot_run(
     filled: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,7 +5,9 @@ provider, missing API key, unreachable endpoint, a file that is missing or not
 UTF-8, an output path that cannot be written) prints one ``moot: error:`` line
 on stderr and exits with code 2; nothing prints a traceback. An unexpected
 exception (a bug) prints one line and exits with code 3; ``MOOT_DEBUG=1`` adds
-the traceback.
+the traceback. Each warning of the ``moot`` logger (a degradation: a structured mode a
+server refused, a turn that failed after its retries, a batch item that fell back) is
+one ``moot: warning:`` line on stderr, said once; ``--quiet`` silences them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..errors import MootError, UsageError
 from ..gctune import tuned_gc, tuning_wanted
 from ..tracing import install_from_env
 from ._ray_options import default_ray_address
+from ._warnings import lift_quiet, say_warnings
 from .run import register as _register_run
 
 __all__ = ["app", "main"]
@@ -50,6 +53,13 @@ def _root(
     version: Annotated[
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            help="No `moot: warning:` lines on stderr (accepted after the subcommand too).",
+        ),
     ] = False,
 ) -> None:
     """Multi-agent LLM debate: personas argue, a judge, moderator or vote decides."""
@@ -102,8 +112,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         # A context of its own: what a command sets in context variables (--allow-outside-paths) ends with it.
         # The collector set for many calls in flight (moot.gctune): ~20% less CPU per model call.
-        args = default_ray_address(list(sys.argv[1:] if argv is None else argv))
-        with tuned_gc() if tuning_wanted() else contextlib.nullcontext():
+        args, quiet = lift_quiet(default_ray_address(list(sys.argv[1:] if argv is None else argv)))
+        with tuned_gc() if tuning_wanted() else contextlib.nullcontext(), say_warnings(quiet):
             rv = contextvars.copy_context().run(app, args=args, prog_name="moot", standalone_mode=False)
     except UsageError as exc:
         return _fail(str(exc))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ from ._io import read_jsonl, read_text
 __all__ = ["TopicItem", "read_done", "read_topics", "run_batch"]
 
 _FIELDS = ("id", "topic", "context", "initial_answer")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,17 @@ def read_done(path: Path) -> dict[str, DebateResult]:
     return done
 
 
+def _say_degraded(item: TopicItem, result: DebateResult) -> None:
+    """A batch shows no transcript: a fallback or a failed turn is said as it happens."""
+    key = json.dumps(item.key, ensure_ascii=False)
+    if result.fallback is not None:
+        logger.warning("topic %s fell back: %s", key, result.fallback)
+    elif result.failed_turns and not result.skipped:
+        failed = [t for t in result.turns(include_judge=True) if t.error is not None and not t.cancelled]
+        first = f": {failed[0].speaker}: {failed[0].error}" if failed else ""
+        logger.warning("topic %s had %d failed turn(s)%s", key, result.failed_turns, first)
+
+
 def run_batch(
     debate: Debate,
     items: list[TopicItem],
@@ -168,6 +182,7 @@ def run_batch(
                             on_event=rec.on_event,
                         )
                         rec.finish(result, status=status(result))
+                _say_degraded(item, result)
                 line = {"input_id": item.key, **result.model_dump(mode="json")}
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
                 out.flush()  # a killed batch keeps every finished line

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ..errors import UsageError
-from ..runs import RunRecord, RunStore, default_store_path, load_result
+from ..runs import RunRecord, RunStatus, RunStore, default_store_path, load_result
 from ..runs.compare import BenchComparison, as_json, compare_runs
 from ._console import make_console, print_table
 from ._safe import clean, markup
@@ -32,7 +32,21 @@ runs_app = typer.Typer(
     help="List, show, export, delete and compare recorded runs.", no_args_is_help=True, add_completion=False
 )
 
+RUN_KINDS = ("run", "absa", "absa-eval", "arbitrate", "bench")
+"""The kinds of run the CLI records (``RunRecord.kind``)."""
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+
 KindOption = Annotated[str | None, typer.Option("--kind", help="run, absa, absa-eval, arbitrate or bench.")]
+
+
+def _known(value: str | None, option: str, known: tuple[str, ...]) -> None:
+    """Reject a filter value no run can have (an empty table would look like "no runs").
+
+    Raises:
+        UsageError: naming the known values.
+    """
+    if value is not None and value not in known:
+        raise UsageError(f"unknown {option} {value!r}; known: {', '.join(known)}")
 
 
 def _open(store: Any) -> RunStore:
@@ -74,6 +88,8 @@ def list_cmd(
     store: StoreOption = None,
 ) -> None:
     """Runs, newest first: id, kind, title, model, status, calls, tokens, wall time; 50 at a time."""
+    _known(kind, "--kind", RUN_KINDS)
+    _known(status, "--status", RUN_STATUSES)
     filters: dict[str, Any] = {"kind": kind, "status": status, "model": model, "search": search}
     with _open(store) as opened:
         runs = opened.list(**filters, limit=limit, offset=offset)

@@ -251,7 +251,8 @@ class OpenAIModel(SDKModel):
             key = _PLACEHOLDER_KEY  # local servers ignore the key, but the SDK insists on one
         self._api_key = key
         self.modes = ModeSelector(
-            structured_mode or os.environ.get("MOOT_OPENAI_STRUCTURED_MODE") or None, self.name
+            structured_mode or os.environ.get("MOOT_OPENAI_STRUCTURED_MODE") or None,
+            f"{self.name} at {', '.join(self.endpoints)}",
         )
         """The endpoint's structured mode; lowered only on proof (:mod:`moot.models.structured_mode`)."""
         self.sampler = NSampler(self.name)

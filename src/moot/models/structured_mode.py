@@ -76,7 +76,7 @@ class ModeSelector:
     Args:
         mode: a fixed mode (no downgrade ever), or None to start at ``json_schema``
             and downgrade on proof.
-        name: the model spec, for log lines.
+        name: the model spec and its endpoint, for log lines.
 
     Raises:
         UsageError: ``mode`` is not a known mode.
@@ -119,13 +119,14 @@ class ModeSelector:
                 if self.fixed or index + 1 >= len(MODES) or not proves_unsupported(err):
                     raise
                 lower = MODES[index + 1]
-                # Another request may have downgraded already; never raise the mode back.
+                # Another request may have downgraded already; never raise the mode back, and
+                # say it once: only the request that lowered the mode warns.
                 if MODES.index(self.mode) < index + 1:
                     self.mode = lower
-                logger.warning(
-                    "%s: the server rejected structured mode %s (HTTP %s); using %s from now on",
-                    self.name,
-                    mode,
-                    err.status_code,
-                    self.mode,
-                )
+                    logger.warning(
+                        "%s: the server rejected structured mode %s (HTTP %s); using %s from now on",
+                        self.name,
+                        mode,
+                        err.status_code,
+                        self.mode,
+                    )
