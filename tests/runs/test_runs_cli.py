@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from moot.cli import main
-from moot.runs import RunStore
+from moot.runs import RunStatus, RunStore
 
 from .filled import XSS
 
@@ -42,7 +43,7 @@ def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFix
     ("option", "value", "known"),
     [
         ("--kind", "nonsense", "run, absa, absa-eval, arbitrate, bench"),
-        ("--status", "done", "running, complete, fell_back, failed, interrupted"),
+        ("--status", "done", ", ".join(get_args(RunStatus))),
     ],
 )
 def test_list_refuses_an_unknown_kind_or_status(

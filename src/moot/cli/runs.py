@@ -75,7 +75,7 @@ def _row_json(record: RunRecord) -> dict[str, Any]:
 def list_cmd(
     kind: KindOption = None,
     status: Annotated[
-        str | None, typer.Option(help="running, complete, fell_back, failed or interrupted.")
+        str | None, typer.Option(help="running, complete, fell_back, skipped, failed or interrupted.")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model spec contains this text.")] = None,
     search: Annotated[
