@@ -495,7 +495,7 @@ def test_subgraph_streams_through_a_parent_with_subgraphs_true(subgraph_example:
 
 def test_node_keeps_the_state_answer_when_the_synthesis_is_blank() -> None:
     script = answer_script()
-    script["synthesizer"] = [{"final_answer": "   ", "confidence": 0.9}]
+    script["synthesizer"] = [{"final_answer": "   ", "confidence": 0.9}] * 2  # the reply and its repair
     custom, updates = stream(
         answer_pipeline(ScriptedModel(script)), {"query": "Q?", "answer": "from compose"}
     )
