@@ -306,7 +306,7 @@ class ReplayModel(Model):
         """From a ``DebateResult`` (or its JSON data): every round's turns, moderators and the judge."""
         data = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
         if not isinstance(data, dict) or "rounds" not in data:
-            raise UsageError("not a debate result: a replay needs a run recorded by moot run or Debate(store=)")
+            raise UsageError("not a debate result: a replay needs a debate run (moot run, Debate(store=))")
         turns = [t for rnd in data.get("rounds") or [] for t in rnd.get("turns") or []]
         turns += [rnd["moderator"] for rnd in data.get("rounds") or [] if rnd.get("moderator")]
         if data.get("verdict"):
@@ -329,7 +329,8 @@ class ReplayModel(Model):
 
     def _slot(self, request: ModelRequest) -> _Slot:
         meta = request.metadata
-        return (str(meta.get("speaker", "")), int(meta.get("round", 0) or 0), str(meta.get("phase") or "turn"))
+        speaker, phase = str(meta.get("speaker", "")), str(meta.get("phase") or "turn")
+        return (speaker, int(meta.get("round", 0) or 0), phase)
 
     def _recorded(self, slot: _Slot) -> dict[str, Any] | None:
         replies = self._replies.get(slot)
@@ -362,5 +363,6 @@ class ReplayModel(Model):
         elif recorded.get("raw") is not None:
             text = str(recorded["raw"])
         else:  # the recorded turn failed without a reply: it fails again, the same way
-            raise ModelResponseError(f"replayed failure: {recorded.get('error') or 'no reply'}", model=self.name)
+            why = recorded.get("error") or "no reply"
+            raise ModelResponseError(f"replayed failure: {why}", model=self.name)
         return ModelResponse(text=text, usage=Usage(cached=1), model=self.name, finish_reason="stop")
