@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import redact
 from ..errors import MissingDependencyError
 from .methods import MethodSpec
 from .records import ItemRecord
@@ -83,7 +84,8 @@ def build_report(run: BenchRun) -> Report:
     for rec in run.records:
         by_method.setdefault(rec.method, []).append(rec)
     return Report(
-        config=run.config,
+        # The model spec as shown: a credential in its URL is masked in the report, table and plots.
+        config=run.config.model_copy(update={"model": redact.text(run.config.model)}),
         specs=run.specs,
         n_items=len(run.items),
         methods=[summarize(s.name, by_method[s.name]) for s in run.specs],

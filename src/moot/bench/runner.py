@@ -48,6 +48,7 @@ except ImportError:  # pragma: no cover - Windows: no lock
 
 from pydantic import BaseModel, Field
 
+from .. import redact
 from ..errors import RunError, UsageError
 from ..models.base import Model
 from ..models.retry import RetryPolicy
@@ -238,10 +239,11 @@ def _check_resume(out: Path, config: BenchConfig, resume: bool) -> None:
             ) from None
         for key in _FINGERPRINT:
             mine = getattr(config, key)
-            if old.get(key, _FINGERPRINT_DEFAULTS.get(key)) != mine:
+            # run.json holds the model spec with its URL credentials masked: compare masked forms.
+            if redact.data(old.get(key, _FINGERPRINT_DEFAULTS.get(key))) != redact.data(mine):
                 raise UsageError(
                     f"--resume with a different {key}: the run in {out} used {old.get(key)!r}, "
-                    f"this one {mine!r}"
+                    f"this one {redact.data(mine)!r}"
                 )
 
 
@@ -332,7 +334,8 @@ async def run_bench(
             "expanded_methods": [s.name for s in specs],
             "model_name": model_name,
         }
-        (out / RUN_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        # No credential in the file: a key in the model's URL is masked (a resume asks for --model again).
+        (out / RUN_FILE).write_text(redact.text(json.dumps(meta, indent=2)) + "\n", encoding="utf-8")
 
         results = out / RESULTS_FILE
         previous = load_records(results, repair=True) if resume else []

@@ -28,6 +28,7 @@ from ..errors import MootError, UsageError
 from ..gctune import tuned_gc, tuning_wanted
 from ..tracing import install_from_env
 from ._ray_options import default_ray_address
+from ._safe import clean
 from ._warnings import lift_quiet, say_warnings
 from .run import register as _register_run
 
@@ -78,8 +79,9 @@ for _name in ("protocols", "arbitrate", "absa", "absa_eval", "bench", "runs", "v
 
 
 def _fail(message: str, code: int = 2) -> int:
-    # One line, always: a multi-line message (YAML errors quote the source) is joined.
-    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    # One line, always: a multi-line message (YAML errors quote the source) is joined. The message
+    # may quote a server's error body or a file name: no escape sequence, no credential in a URL.
+    line = " ".join(part.strip() for part in clean(message).splitlines() if part.strip())
     print(f"moot: error: {line}", file=sys.stderr)
     return code
 

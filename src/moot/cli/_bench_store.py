@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import redact
 from ..bench.records import ItemRecord
 from ..bench.runner import RUN_FILE, BenchConfig, BenchRun, RunObserver
 from ..bench.summary import summarize
@@ -109,6 +110,9 @@ def merge_resume(resumed: Resumed, given: dict[str, Any]) -> dict[str, Any]:
         old = cfg.get(key)
         if value == old:
             continue
+        if key == "model" and isinstance(value, str) and redact.text(value) == old:
+            cfg[key] = value  # the record masks the spec's credentials; the command line brings them back
+            continue
         if key == "n" and old is not None and (value is None or value > old):
             cfg[key] = value  # a larger sample: the item order is prefix-stable
             continue
@@ -119,6 +123,12 @@ def merge_resume(resumed: Resumed, given: dict[str, Any]) -> dict[str, Any]:
         raise UsageError(
             f"--resume: --{name} {value!r} contradicts the recorded run ({name} {old!r}); "
             f"drop --{name} to continue it, or start a new run with another --out"
+        )
+    model = cfg.get("model")
+    if isinstance(model, str) and redact.MASK in model and "model" not in given:
+        raise UsageError(
+            f"--resume: the recorded model spec {model!r} held a credential, which is never recorded; "
+            "give --model again with it"
         )
     return cfg
 

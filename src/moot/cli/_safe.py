@@ -7,6 +7,12 @@ bidirectional overrides reorder it; ``[red]`` or ``[link=...]`` would be taken a
 rich markup. :func:`clean` removes the control and escape sequences (keeping
 newlines and tabs), :func:`markup` also escapes rich markup, for text placed
 inside a markup string. JSON output needs neither: the encoder escapes controls.
+
+Both also mask credentials in URLs (:func:`moot.redact.text`): a server's error body
+or a file name may quote an endpoint with its key. And every console the CLI makes
+(:func:`moot.cli._console.make_console`) passes each piece of text it writes through
+:func:`strip_controls` as a last line of defence, so a file name or an error put
+into an f-string without :func:`markup` cannot drive the terminal either.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import re
 
 from rich.markup import escape
 
-__all__ = ["clean", "markup"]
+from .. import redact
+
+__all__ = ["clean", "has_controls", "markup", "strip_controls"]
 
 # Order matters: whole escape sequences first, so their parameters go with them,
 # then any lone control character left over.
@@ -35,14 +43,26 @@ _SEQUENCES = re.compile(
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-def clean(text: str) -> str:
-    """``text`` without terminal control and escape sequences; newlines and tabs stay.
+def has_controls(text: str) -> bool:
+    """Whether ``text`` holds a control character, an escape sequence or a bidi override."""
+    return _CONTROLS.search(text) is not None
 
-    A carriage return becomes a newline, so text after it is shown instead of
-    overwriting what came before.
+
+def strip_controls(text: str) -> str:
+    """``text`` without control and escape sequences (a carriage return is dropped too)."""
+    if not has_controls(text):
+        return text
+    return _CONTROLS.sub("", _SEQUENCES.sub("", text))
+
+
+def clean(text: str) -> str:
+    """``text`` without terminal control and escape sequences, and with URL credentials masked.
+
+    Newlines and tabs stay. A carriage return becomes a newline, so text after it
+    is shown instead of overwriting what came before.
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return _CONTROLS.sub("", _SEQUENCES.sub("", text))
+    return redact.text(strip_controls(text))
 
 
 def markup(text: object) -> str:

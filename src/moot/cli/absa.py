@@ -313,5 +313,5 @@ def register(app: typer.Typer) -> None:
         console.print(f"wrote {len(results)} results to {output} ({failed} with failed calls)")
         _timed_out(results, timeout)
         if report:
-            typer.echo(format_report(compute_metrics(results)))
+            typer.echo(clean(format_report(compute_metrics(results))))
         return _exit.for_absa(results)

@@ -42,6 +42,7 @@ from ._io import (
     allow_outside,
     check_output_dir,
 )
+from ._safe import clean
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["BUILTIN_DATA", "absa_eval_cmd", "register"]
@@ -180,7 +181,7 @@ def _print_scores(scores: dict[str, EvalScores], title: str, report: bool) -> No
     if report:
         for name, s in scores.items():
             if s.metrics is not None:
-                typer.echo(f"\n== {name} ==\n{format_report(s.metrics)}")
+                typer.echo(clean(f"\n== {name} ==\n{format_report(s.metrics)}"))
 
 
 def absa_eval_cmd(

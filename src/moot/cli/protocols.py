@@ -23,6 +23,7 @@ from ..models import provider_names
 from ..models._spec import split_provider
 from ..protocol import Protocol, load_protocol, presets, read_overrides
 from ._io import AllowOutsideOption, allow_outside
+from ._safe import clean
 
 __all__ = ["describe", "register", "resolved_yaml"]
 
@@ -79,7 +80,7 @@ def protocols(ctx: typer.Context) -> None:
         width = max(shutil.get_terminal_size().columns, 40)
         for name, description in presets().items():
             lines = textwrap.wrap(description, width - 23) or [""]
-            typer.echo("\n".join([f"{name:22} {lines[0]}", *(" " * 23 + line for line in lines[1:])]))
+            typer.echo(clean("\n".join([f"{name:22} {lines[0]}", *(" " * 23 + line for line in lines[1:])])))
 
 
 @app.command("show")
@@ -115,7 +116,7 @@ def validate(
     except ConfigError as exc:
         raise UsageError(f"{file}: {exc}") from None
     _check_models(debate.protocol)
-    typer.echo(f"{file}: valid protocol {debate.protocol.name!r}: {describe(debate.protocol)}")
+    typer.echo(clean(f"{file}: valid protocol {debate.protocol.name!r}: {describe(debate.protocol)}"))
 
 
 def register(root: typer.Typer) -> None:

@@ -32,7 +32,7 @@ from ._io import (
     read_text,
     staged_output,
 )
-from ._safe import markup
+from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
 from .dry_run import first_round_calls, format_calls
 from .run_batch import TopicItem, read_topics, run_batch
@@ -496,11 +496,10 @@ def register(app: typer.Typer) -> None:
         if initial_answer is None:
             initial_answer = recorded.get("initial_answer")
         if dry_run:
-            typer.echo(
-                format_calls(
-                    first_round_calls(debate, topic, ctx, _players(debate, model, roles)), as_json=as_json
-                )
+            calls = format_calls(
+                first_round_calls(debate, topic, ctx, _players(debate, model, roles)), as_json=as_json
             )
+            typer.echo(calls if as_json else clean(calls))
             return 0
         cfg = debate_config(
             debate,
@@ -552,5 +551,7 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[dim]recorded as run {short}: moot runs show {short} · moot view[/]")
         reason = no_answer_reason(result)
         if reason is not None:  # one line, also under --json (stderr), so a script's log says why
-            make_console(stderr=True).print(f"moot: {reason}", style="yellow", markup=False, soft_wrap=True)
+            make_console(stderr=True).print(
+                f"moot: {clean(reason)}", style="yellow", markup=False, soft_wrap=True
+            )
         return _exit.for_debate(result)

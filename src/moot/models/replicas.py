@@ -28,12 +28,14 @@ a re-send after a refused connection is not (nothing reached that server).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .. import redact
 from ..errors import UsageError
 from ._http import LeanTransport, RawResponse, TransportError
 from .base import note_extra_request
@@ -44,17 +46,41 @@ __all__ = ["Replica", "ReplicaPool", "split_endpoints"]
 def split_endpoints(value: str | Sequence[str]) -> list[str]:
     """``"http://a/v1, http://b/v1/"`` (or a list) -> ``["http://a/v1", "http://b/v1"]``.
 
+    A query (``.../v1?api-version=X``) stays with its endpoint; requests keep it after the path.
+
     Raises:
-        UsageError: no endpoint at all, or the same endpoint twice.
+        UsageError: no endpoint at all, the same endpoint twice, or a user name and password in
+            one (``http://user:pass@host``): the key goes in a bearer header, which the HTTP
+            client cannot combine with credentials in the URL.
     """
     parts = value.split(",") if isinstance(value, str) else list(value)
-    urls = [p.strip().rstrip("/") for p in parts if p.strip()]
+    urls = [_strip_slash(p.strip()) for p in parts if p.strip()]
     if not urls:
         raise UsageError("no endpoint given (an empty base URL list)")
-    dupes = sorted({u for u in urls if urls.count(u) > 1})
+    dupes = sorted({redact.url(u) for u in urls if urls.count(u) > 1})
     if dupes:
         raise UsageError(f"endpoint listed twice: {', '.join(dupes)}")
+    for url in urls:
+        if _USERINFO.match(url):
+            raise UsageError(
+                f"endpoint {redact.url(url)} holds a user name and password: moot sends the API key as a "
+                "bearer token (OPENAI_API_KEY, or api_key_env=VAR in the spec); drop them from the URL"
+            )
     return urls
+
+
+_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")
+
+
+def _strip_slash(url: str) -> str:
+    base, sep, query = url.partition("?")
+    return base.rstrip("/") + sep + query
+
+
+def join_path(base_url: str, path: str) -> str:
+    """``"http://h/v1?api-version=1"`` + ``"/chat/completions"`` -> ``"http://h/v1/chat/completions?api-version=1"``."""
+    base, sep, query = base_url.partition("?")
+    return base.rstrip("/") + path + sep + query
 
 
 @dataclass(eq=False)
@@ -101,7 +127,7 @@ class ReplicaPool:
     ) -> None:
         if max_per_replica is not None and max_per_replica < 1:
             raise UsageError(f"max_per_replica must be at least 1, got {max_per_replica}")
-        self.replicas = [Replica(u, u + path, i) for i, u in enumerate(base_urls)]
+        self.replicas = [Replica(u, join_path(u, path), i) for i, u in enumerate(base_urls)]
         self.max_per_replica = max_per_replica
         self.backoff = backoff
         self.max_backoff = max_backoff

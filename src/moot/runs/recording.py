@@ -33,18 +33,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .. import redact as _redact
 from ..models.base import Usage, model_info
 from ..transcript import Event
 from .store import RunStatus, RunStore, default_store_path
 
 __all__ = ["Recording", "begin_recording", "model_info", "open_store", "prompts_hash", "recording", "redact"]
 
-# Whole key names (after an optional prefix such as ``openai_``): ``max_tokens`` or a persona's ``key`` stay.
+# Secret-looking key names (moot.redact); ``max_tokens`` or a persona's ``key`` stay.
 _SECRET_NAMES = (
     r"(api[_-]?key|token|access[_-]?token|auth[_-]?token|secret|client[_-]?secret|password|passwd"
     r"|authorization|bearer|credentials?)"
 )
-_SECRET = re.compile(rf"^(.*[_-])?{_SECRET_NAMES}$", re.I)
 # The same names as JSON object keys: one scan of the serialised config tells whether redact() must run.
 _SECRET_IN_JSON = re.compile(rf'"([^"\\]*[_-])?{_SECRET_NAMES}"\s*:', re.I)
 # How every name above ends, with the closing quote: substring tests on the lower-cased text are ~6x
@@ -61,41 +61,14 @@ def _may_hold_secret(config_json: str) -> bool:
     return any(end in low for end in _SECRET_ENDS) and bool(_SECRET_IN_JSON.search(config_json))
 
 
-def _secret(key: Any, value: Any) -> bool:
-    return bool(_SECRET.search(str(key))) and value not in (None, "")
-
-
 def redact(data: Any) -> Any:
-    """A copy of ``data`` with the value of every secret-looking key (``api_key``, ``token``...) masked."""
-    if isinstance(data, Mapping):
-        return {
-            k: ("***" if _SECRET.search(str(k)) and v not in (None, "") else redact(v))
-            for k, v in data.items()
-        }
-    if isinstance(data, list | tuple):
-        return [redact(v) for v in data]
-    return data
+    """``data`` with secret-named keys' values and URL credentials masked (:func:`moot.redact.data`)."""
+    return _redact.data(data)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command line with the value of a ``--token``/``--api-key``-like option masked."""
-    out: list[str] = []
-    hide = False
-    for arg in argv:
-        if hide:
-            out.append("***")
-            hide = False
-            continue
-        name, eq, _ = arg.partition("=")
-        if name.startswith("--") and _SECRET.search(name[2:]):
-            if eq:
-                out.append(f"{name}=***")
-            else:
-                out.append(arg)
-                hide = True
-            continue
-        out.append(arg)
-    return out
+    """The command line with secret option values and URL credentials masked (:func:`moot.redact.argv`)."""
+    return _redact.argv(argv)
 
 
 @cache

@@ -24,6 +24,10 @@ the event loop more than the commits do. Every read method, :meth:`RunStore.flus
 and :meth:`RunStore.close` commit what is pending first; outside an event loop
 writes are committed at once.
 
+Credentials never land in the file: every text written passes :func:`moot.redact.text`
+(URL user-info and ``api_key``-like query parameters become ``***``), and every text read
+passes it again, so a store written by an older moot shows none either.
+
 A run still marked ``running`` whose process is gone (same host, pid dead)
 reads as ``interrupted``: that is what a SIGKILL leaves behind.
 """
@@ -43,6 +47,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from .. import redact
 from .._ids import new_id
 from ..errors import UsageError
 from ..models.base import Usage
@@ -292,15 +297,17 @@ class RunStore:
             (
                 run_id,
                 kind,
-                title,
-                model,
+                redact.text(title),
+                redact.text(model),
                 time.time(),
                 _HOST,
                 os.getpid(),
-                json.dumps(list(argv), ensure_ascii=False),
-                config
-                if isinstance(config, str)
-                else json.dumps(config or {}, ensure_ascii=False, default=str),
+                json.dumps(redact.argv(list(argv)), ensure_ascii=False),
+                redact.text(
+                    config
+                    if isinstance(config, str)
+                    else json.dumps(config or {}, ensure_ascii=False, default=str)
+                ),
                 moot_version,
             ),
         )
@@ -308,7 +315,9 @@ class RunStore:
 
     def append_event(self, run_id: str, seq: int, kind: str, data_json: str, at: float | None = None) -> None:
         """Append one event (``data_json`` is a JSON object's text); committed at once (or queued)."""
-        self._write(_INSERT_EVENT, (run_id, seq, time.time() if at is None else at, kind, data_json))
+        self._write(
+            _INSERT_EVENT, (run_id, seq, time.time() if at is None else at, kind, redact.text(data_json))
+        )
 
     def put_item(
         self, run_id: str, item: str, part: str, data_json: str, *, correct: bool | None = None
@@ -317,7 +326,15 @@ class RunStore:
         self._write(
             "INSERT OR REPLACE INTO items (run_id, item, part, seq, time, correct, data) VALUES "
             "(?, ?, ?, (SELECT COUNT(*) + 1 FROM items WHERE run_id = ?), ?, ?, ?)",
-            (run_id, item, part, run_id, time.time(), None if correct is None else int(correct), data_json),
+            (
+                run_id,
+                item,
+                part,
+                run_id,
+                time.time(),
+                None if correct is None else int(correct),
+                redact.text(data_json),
+            ),
         )
 
     def update(
@@ -340,6 +357,9 @@ class RunStore:
         fields["title"] = title
         if summary is not None:
             fields["summary"] = json.dumps(summary, ensure_ascii=False, default=str)
+        for name in ("result", "error", "title", "summary"):  # text from outside may hold a credential
+            if fields.get(name) is not None:
+                fields[name] = redact.text(fields[name])
         if usage is not None:
             fields |= {
                 "calls": usage.calls,
@@ -416,20 +436,20 @@ class RunStore:
             id=rid,
             kind=kind,
             status=status,
-            title=title,
-            model=model,
+            title=redact.text(title),
+            model=redact.text(model),
             started_at=started,
             ended_at=ended,
             host=host,
             pid=pid,
-            argv=json.loads(argv),
-            config=json.loads(config),
+            argv=redact.argv(json.loads(argv)),
+            config=json.loads(redact.text(config)),
             moot_version=version,
             usage=Usage(calls=calls, prompt_tokens=prompt, completion_tokens=completion),
             score=score,
-            summary=json.loads(summary),
-            result=json.loads(row[18]) if with_result and row[18] is not None else None,
-            error=error,
+            summary=json.loads(redact.text(summary)),
+            result=json.loads(redact.text(row[18])) if with_result and row[18] is not None else None,
+            error=None if error is None else redact.text(error),
         )
 
     def get(self, run_id: str) -> RunRecord:
@@ -539,7 +559,7 @@ class RunStore:
             "SELECT seq, time, kind, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
             (run_id, after),
         ).fetchall()
-        return [StoredEvent(seq=s, time=t, kind=k, data=json.loads(d)) for s, t, k, d in rows]
+        return [StoredEvent(seq=s, time=t, kind=k, data=json.loads(redact.text(d))) for s, t, k, d in rows]
 
     def iter_items(self, run_id: str) -> Iterator[StoredItem]:
         """The run's items in the order they were first recorded."""
@@ -554,7 +574,7 @@ class RunStore:
                 seq=seq,
                 time=at,
                 correct=None if correct is None else bool(correct),
-                data=json.loads(data),
+                data=json.loads(redact.text(data)),
             )
 
     def counts(self, run_id: str) -> tuple[int, int]:
