@@ -284,3 +284,50 @@ def test_api_docs_are_served_from_the_package(client: TestClient) -> None:
     assert "/static/swagger/swagger-ui-bundle.js" in docs and "cdn" not in docs.lower()
     assert client.get("/static/swagger/swagger-ui-bundle.js").status_code == 200
     assert client.get("/redoc").status_code == 404  # dropped: its assets would come from a CDN
+
+
+def test_bench_items_filter_by_right_wrong_pairs_and_kinds_of_failure(
+    client: TestClient, filled: dict[str, str]
+) -> None:
+    run_id = filled["bench_b"]
+    everything = client.get(f"/runs/{run_id}").text
+    assert "6 of 6 items" in everything
+
+    def shown(**params: str) -> list[str]:
+        page = client.get(f"/runs/{run_id}", params=params)
+        assert page.status_code == 200
+        return re.findall(rf'class="item-link" href="/runs/{run_id}/items/([^"]+)"', page.text)
+
+    records = {(r["item"], r["part"]): r for r in client.get(f"/api/runs/{run_id}/items").json()}
+    right_single = sorted(i for (i, m), r in records.items() if m == "single" and r["correct"])
+    both = sorted(
+        i for i in right_single if not records[(i, "society:3:2")]["correct"]
+    )  # single right, society wrong
+    assert sorted(shown(right="single")) == right_single and 0 < len(right_single) < 6
+    assert sorted(shown(right="single", wrong="society:3:2")) == both
+    parse_failed = sorted({i for (i, _), r in records.items() if r["data"]["parse_failed"]})
+    assert sorted(shown(show="parse_failure")) == parse_failed and parse_failed  # "junk" answers
+    assert shown(show="fell_back") == [] and shown(show="failed") == []
+    assert client.get(f"/runs/{run_id}", params={"show": "nonsense"}).status_code == 400
+
+
+def test_bench_filter_keeps_fallen_back_and_failed_units() -> None:
+    from moot.bench.records import ItemRecord
+    from moot.view.shape import BenchFilter, BenchItemRow, filter_bench_items
+
+    def unit(item: str, method: str, correct: bool, note: str | None = None) -> ItemRecord:
+        return ItemRecord(
+            item_id=item, method=method, gold="1", final="1" if correct else "2", correct=correct,
+            parse_failed=False, note=note,
+        )  # fmt: skip
+
+    rows = [
+        BenchItemRow("a", "1", {"single": unit("a", "single", True), "answer": unit("a", "answer", True)}),
+        BenchItemRow("b", "1", {"answer": unit("b", "answer", False, note="fallback: deadline")}),
+        BenchItemRow("c", "", {}),
+    ]
+    failed = {"c": {"answer": "ModelConnectionError: refused"}}
+    assert [r.item_id for r in filter_bench_items(rows, BenchFilter(show="fell_back"), failed)] == ["b"]
+    assert [r.item_id for r in filter_bench_items(rows, BenchFilter(show="failed"), failed)] == ["c"]
+    assert [r.item_id for r in filter_bench_items(rows, BenchFilter(wrong="answer"), failed)] == ["b"]
+    assert len(filter_bench_items(rows, BenchFilter(), failed)) == 3

@@ -280,3 +280,27 @@ def test_every_page_loads_with_requests_to_127_0_0_1_only(
     assert page.locator(".opblock").count() >= 5
     outside = [u for u in requests if not u.startswith(base + "/") and not u.startswith("data:")]
     assert outside == [] and len(requests) > len(urls)
+
+
+def test_a_bench_filter_narrows_the_items_and_lives_in_the_url(
+    filled: dict[str, str], page: Any, serve: Callable[[Path], str]
+) -> None:
+    base = serve(Path(os.environ["MOOT_STORE"]))
+    page.goto(f"{base}/runs/{filled['bench_b']}")
+    rows = "table.items tbody a.item-link"
+    assert page.locator(rows).count() == 6
+    page.select_option("form.item-filters select[name=right]", "single")
+    page.select_option("form.item-filters select[name=wrong]", "society:3:2")
+    page.click("form.item-filters button[type=submit]")
+    page.wait_for_url("**right=single**")
+    assert "wrong=society%3A3%3A2" in page.url
+    narrowed = page.locator(rows).count()
+    assert narrowed < 6 and f"{narrowed} of 6 items" in page.locator("#items-count").inner_text()
+    page.goto(page.url)  # the filter is in the URL: the same items on a reload
+    assert page.locator(rows).count() == narrowed
+    page.select_option("form.item-filters select[name=right]", "")
+    page.select_option("form.item-filters select[name=wrong]", "")
+    page.select_option("form.item-filters select[name=show]", "parse_failure")
+    page.click("form.item-filters button[type=submit]")
+    page.wait_for_url("**show=parse_failure**")
+    assert 0 < page.locator(rows).count() < 6

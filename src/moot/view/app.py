@@ -307,9 +307,21 @@ def _pages(app: FastAPI, store: RunStore, templates: Jinja2Templates) -> None:
         )
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse)
-    def run_page(request: Request, run_id: str, fragment: bool = False) -> HTMLResponse:
+    def run_page(
+        request: Request,
+        run_id: str,
+        fragment: bool = False,
+        right: str = "",
+        wrong: str = "",
+        show: str = "",
+    ) -> HTMLResponse:
+        """A run; a bench's items filtered by ``right``/``wrong`` (a method) and ``show``."""
         record = get(run_id)
-        context = _run_context(store, record)
+        if show not in shape.BENCH_SHOWS:
+            raise HTTPException(
+                status_code=400, detail=f"show must be one of {', '.join(k for k in shape.BENCH_SHOWS if k)}"
+            )
+        context = _run_context(store, record, shape.BenchFilter(right, wrong, show))
         # fragment=1: only the body, which a live page swaps in when the store has more.
         return page(request, "_run_body.html" if fragment else "run.html", record=record, **context)
 
@@ -354,13 +366,26 @@ def _pager(filters: dict[str, str], offset: int, shown: int, total: int) -> dict
     }
 
 
-def _run_context(store: RunStore, record: RunRecord) -> dict[str, Any]:
+def _run_context(store: RunStore, record: RunRecord, flt: shape.BenchFilter | None = None) -> dict[str, Any]:
     """What the run page needs, by kind."""
     if record.kind == "run":
         return {"debate": shape.live_debate(store, record)}
     if record.kind == "bench":
         report, items = shape.bench_report(store, record.id), shape.bench_items(store, record.id)
-        return {"report": report, "items": items, "plots": sorted(_plots(record))}
+        failed = shape.failed_units(store, record.id)
+        known = {row.item_id for row in items}
+        items += [shape.BenchItemRow(i, "", {}) for i in failed if i not in known]  # no unit finished
+        flt = flt or shape.BenchFilter()
+        shown = shape.filter_bench_items(items, flt, failed)
+        return {
+            "report": report,
+            "items": shown,
+            "all_items": len(items),
+            "failed_units": failed,
+            "bench_filter": flt,
+            "bench_shows": shape.BENCH_SHOWS,
+            "plots": sorted(_plots(record)),
+        }
     if record.kind == "absa" and not record.config.get("batch"):
         result = load_result(store, record.id)
         if result is None:  # running, or killed: every step and turn recorded so far

@@ -16,11 +16,16 @@ from ..transcript import DebateResult, Persona, Turn
 __all__ = [
     "AbsaAspectRow",
     "AbsaPartial",
+    "BENCH_SHOWS",
+    "BenchFilter",
+    "BenchItemRow",
     "DebateView",
     "Segment",
     "absa_aspect_rows",
     "absa_partial",
     "bench_items",
+    "failed_units",
+    "filter_bench_items",
     "debate_view",
     "highlight",
     "protocol_of",
@@ -299,3 +304,71 @@ def bench_report(store: RunStore, run_id: str) -> Any:
     from ..bench.report import build_report
 
     return build_report(bench_run(store, run_id))
+
+
+BENCH_SHOWS = {
+    "": "every item",
+    "parse_failure": "a parse failure",
+    "fell_back": "a debate that fell back",
+    "failed": "a failed unit",
+    "flip": "a right→wrong flip",
+    "disagree": "methods that disagree",
+}
+"""The bench run page's ``show=`` filter: its values and what each keeps."""
+
+
+@dataclass(frozen=True)
+class BenchFilter:
+    """Which items of a bench run to show (from the page's URL: ``?right=M&wrong=M&show=...``)."""
+
+    right: str = ""
+    """Keep the items this method got right."""
+    wrong: str = ""
+    """Keep the items this method got wrong (a parse failure is wrong)."""
+    show: str = ""
+    """A key of :data:`BENCH_SHOWS`: keep the items where some method had it."""
+
+    @property
+    def active(self) -> bool:
+        """True when it filters anything."""
+        return bool(self.right or self.wrong or self.show)
+
+
+def _fell_back(record: ItemRecord) -> bool:
+    if getattr(record, "fallback", None):
+        return True
+    return bool(record.note and record.note.startswith("fallback"))
+
+
+def failed_units(store: RunStore, run_id: str) -> dict[str, dict[str, str]]:
+    """``{item: {method: error}}``: the bench units that failed (recorded as ``unit_failed`` events)."""
+    out: dict[str, dict[str, str]] = {}
+    for event in store.events(run_id):
+        if event.kind == "unit_failed":
+            data = event.data
+            out.setdefault(str(data.get("item_id")), {})[str(data.get("method"))] = str(data.get("error"))
+    return out
+
+
+def filter_bench_items(
+    rows: list[BenchItemRow], flt: BenchFilter, failed: dict[str, dict[str, str]]
+) -> list[BenchItemRow]:
+    """The rows ``flt`` keeps; ``failed`` is ``{item: {method: error}}`` of the units that failed."""
+
+    def keep(row: BenchItemRow) -> bool:
+        recs = list(row.records.values())
+        if flt.right and not (flt.right in row.records and row.records[flt.right].correct):
+            return False
+        if flt.wrong and not (flt.wrong in row.records and not row.records[flt.wrong].correct):
+            return False
+        show = {
+            "": lambda: True,
+            "parse_failure": lambda: any(r.parse_failed for r in recs),
+            "fell_back": lambda: any(_fell_back(r) for r in recs),
+            "failed": lambda: row.item_id in failed,
+            "flip": lambda: bool(row.flips),
+            "disagree": lambda: len({r.correct for r in recs}) > 1,
+        }.get(flt.show)
+        return show is not None and show()
+
+    return [row for row in rows if keep(row)]

@@ -9,7 +9,9 @@ function followLiveRun(body) {
     if (pending) return;
     pending = true;
     try {
-      const response = await fetch(`/runs/${id}?fragment=1`, { headers: { Accept: "text/html" } });
+      const query = new URLSearchParams(window.location.search);  // keeps the page's filters
+      query.set("fragment", "1");
+      const response = await fetch(`/runs/${id}?${query}`, { headers: { Accept: "text/html" } });
       if (response.ok) body.innerHTML = await response.text();
     } finally {
       pending = false;
