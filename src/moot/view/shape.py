@@ -361,14 +361,16 @@ def filter_bench_items(
             return False
         if flt.wrong and not (flt.wrong in row.records and not row.records[flt.wrong].correct):
             return False
-        show = {
-            "": lambda: True,
-            "parse_failure": lambda: any(r.parse_failed for r in recs),
-            "fell_back": lambda: any(_fell_back(r) for r in recs),
-            "failed": lambda: row.item_id in failed,
-            "flip": lambda: bool(row.flips),
-            "disagree": lambda: len({r.correct for r in recs}) > 1,
-        }.get(flt.show)
-        return show is not None and show()
+        if flt.show == "parse_failure":
+            return any(r.parse_failed for r in recs)
+        if flt.show == "fell_back":
+            return any(_fell_back(r) for r in recs)
+        if flt.show == "failed":
+            return row.item_id in failed
+        if flt.show == "flip":
+            return bool(row.flips)
+        if flt.show == "disagree":
+            return len({r.correct for r in recs}) > 1
+        return flt.show == ""
 
     return [row for row in rows if keep(row)]
