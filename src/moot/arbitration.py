@@ -50,8 +50,9 @@ from .contradictions import (
 from .deadline import Deadline, timeout_scope
 from .engine import Debate, DebateRun, EventCallback
 from .human_review import HumanDecision, ReviewMode, ask_human, check_mode, require_checkpointer, run_once
-from .models import ModelLike
+from .models import ModelLike, default_model_spec
 from .models.base import Usage
+from .observe import PipelineEvent, RunStart, observed
 from .schemas import Arbitration
 from .transcript import DebateResult, Turn
 
@@ -250,8 +251,14 @@ async def arbitrate(
     timeout_s: float | None = DEFAULT_TIMEOUT,
     deadline: Deadline | None = None,
     on_event: EventCallback | None = None,
+    store: Any = None,
 ) -> ArbitrationResult:
     """Detect contradictions, arbitrate each with one call, and build the consensus.
+
+    The arbitration is one run (kind ``arbitrate``) for its observers (:mod:`moot.observe`):
+    with ``store=`` (or a ``debate`` given a store) it is recorded as one run, its progress as
+    ``progress`` events and each contradiction's debate as that run's events; it ends
+    ``fell_back`` when a contradiction has no ruling.
 
     Args:
         reports: agent reports (models or dicts).
@@ -267,11 +274,70 @@ async def arbitrate(
             without a ruling by then are flagged for review and the status is ``timed_out``.
         deadline: a caller's deadline; the arbitration ends at the earlier of it and ``timeout_s``.
         on_event: called with every engine event of every arbitration call.
+        store: record the arbitration in a run store: a store file, an open
+            :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` / ``./.moot/runs.db``, or None
+            (the default: ``debate``'s store, if any).
     """
+    parsed = [r if isinstance(r, AgentReport) else AgentReport.model_validate(r) for r in reports]
+    spec = (
+        model
+        if model is None or isinstance(model, str)
+        else str(getattr(model, "name", type(model).__name__))
+    )
+    if spec is None and debate is not None:
+        spec = debate.model_spec
+    config = {
+        "reports": [r.model_dump(mode="json") for r in parsed],
+        "model": spec,
+        "concurrency": concurrency,
+        "source_authority": list(source_authority),
+        "timeout_s": timeout_s,
+    }
+    start = RunStart(
+        kind="arbitrate", title=f"{len(parsed)} reports", model=spec or default_model_spec(), config=config
+    )
+    if store is None and debate is not None:
+        store = debate.store
+    with observed(start, store=store) as run:
+
+        async def progress(*args: Any) -> None:  # seed 004's callback, as it was called
+            stage, status, data, latency = (*args, None, None)[:4]
+            payload = {"stage": stage, "status": status, "data": data, "latency_ms": latency}
+            run.emit(PipelineEvent(kind="progress", data=payload))
+            await _notify(on_progress, *args)
+
+        result = await _arbitrate(
+            parsed,
+            model=model,
+            concurrency=concurrency,
+            on_progress=progress,
+            debate=debate,
+            source_authority=source_authority,
+            timeout_s=timeout_s,
+            deadline=deadline,
+            on_event=on_event,
+        )
+        failed = sum(1 for r in result.rulings if r.decision is None)
+        run.end("fell_back" if failed else "complete", result, summary={"failed": failed})
+    return result
+
+
+async def _arbitrate(
+    parsed: list[AgentReport],
+    *,
+    model: ModelLike | None,
+    concurrency: int,
+    on_progress: ProgressCallback,
+    debate: Debate | None,
+    source_authority: Sequence[str],
+    timeout_s: float | None,
+    deadline: Deadline | None,
+    on_event: EventCallback | None,
+) -> ArbitrationResult:
+    """:func:`arbitrate` inside its observed run (same arguments, the reports parsed)."""
     started = time.perf_counter()
     parent, deadline = deadline, Deadline.within(timeout_s, deadline)
     budget_s = parent.remaining_s() if parent is not None and deadline is parent else timeout_s
-    parsed = [r if isinstance(r, AgentReport) else AgentReport.model_validate(r) for r in reports]
     await _notify(on_progress, "debate", "running")
     contradictions = detect_contradictions(parsed, source_authority)
     if not contradictions:

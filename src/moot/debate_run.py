@@ -43,7 +43,7 @@ from .turns import cancelled_turn, trim, turn_from
 if TYPE_CHECKING:
     from .engine import Debate
 
-__all__ = ["DebateRun", "EventCallback"]
+__all__ = ["DebateRun", "EventCallback", "unreachable_error"]
 
 EventCallback = Callable[[Event], Awaitable[None] | None]
 """Called with every event; may be sync or async. An exception it raises ends the run and
@@ -348,7 +348,13 @@ class DebateRun:
         self.result.timings.wall_ms = (time.perf_counter() - self._t0) * 1000
         await self.emit("debate_completed", result=self.result)
         if self.observed is not None:
-            self.observed.end("fell_back" if self.result.fallback else "complete", self.result)
+            unreachable = unreachable_error(self.result)
+            if unreachable is not None and self.initial_answer is None:
+                # No answer at all, for a run-time reason: the run failed (its fallback result is kept).
+                error = f"ModelConnectionError: cannot reach the model endpoint: {unreachable}"
+                self.observed.end("failed", self.result, error=error)
+            else:
+                self.observed.end("fell_back" if self.result.fallback else "complete", self.result)
         return self.result
 
     async def skip(self) -> DebateResult:
@@ -603,3 +609,12 @@ class DebateRun:
 
 def _round_turns(rnd: Round) -> list[Turn]:
     return rnd.turns + ([rnd.moderator] if rnd.moderator is not None else [])
+
+
+def unreachable_error(result: DebateResult) -> str | None:
+    """The first turn's error when every turn that ran found the endpoint unreachable, else None."""
+    # Turns cancelled when the debate stopped never reached the endpoint: they prove nothing.
+    turns = [t for t in result.turns(include_judge=True) if not t.cancelled]
+    if turns and all(t.error_kind == "ModelConnectionError" for t in turns):
+        return turns[0].error
+    return None

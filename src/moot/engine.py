@@ -126,6 +126,11 @@ class Debate:
                 self._role_specs[key] = persona.model
 
     @property
+    def model_spec(self) -> str | None:
+        """The default model's spec name (``model=``), None when it was not given."""
+        return _spec(self._default_spec)
+
+    @property
     def observe_options(self) -> dict[str, Any]:
         """The options this debate's runs pass to their observers (:func:`moot.observe.open_run`)."""
         return {"store": self.store}

@@ -67,6 +67,13 @@ one: a debate's fallback, a failed ABSA stage, a contradiction without ruling), 
 (a debate with ``debate_mode`` off), ``failed`` (an exception, or a bench with units missing)
 or ``interrupted`` (Ctrl-C, a cancelled task, exit code 130), with the result when there is one.
 
+Annotating (for an application)
+-------------------------------
+A caller above the doors (the CLI) may say more about the next run it starts without passing
+anything through the pipelines: inside ``with observe.annotate(title=..., config={...},
+continues=...)`` a top-level run takes that title, its config gets those keys added, and it
+continues that stored run.
+
 Emitting (for a door)
 ---------------------
 A door wraps its work in :func:`observed` (or calls :func:`open_run` and ends the handle itself
@@ -86,7 +93,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -100,6 +107,7 @@ __all__ = [
     "RunEnd",
     "RunHandle",
     "RunStart",
+    "annotate",
     "current",
     "end_status",
     "observed",
@@ -214,6 +222,28 @@ ObserverFactory = Callable[[RunStart, Mapping[str, Any]], "Observer | None"]
 
 _factories: dict[str, ObserverFactory] = {}
 _current: ContextVar[RunHandle | None] = ContextVar("moot_observed_run", default=None)
+_notes: ContextVar[dict[str, Any] | None] = ContextVar("moot_run_notes", default=None)
+
+
+@contextmanager
+def annotate(
+    *,
+    title: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    continues: str | None = None,
+    argv: Sequence[str] | None = None,
+) -> Iterator[None]:
+    """Top-level runs started inside the block take ``title``, ``config``'s keys, ``continues``, ``argv``."""
+    notes = {
+        k: v
+        for k, v in {"title": title, "config": config, "continues": continues, "argv": argv}.items()
+        if v is not None
+    }
+    token = _notes.set(notes)
+    try:
+        yield
+    finally:
+        _notes.reset(token)
 
 
 def register(name: str, factory: ObserverFactory) -> None:
@@ -338,6 +368,16 @@ def open_run(start: RunStart, **options: Any) -> RunHandle:
     parent = _current.get()
     if parent is not None:
         return RunHandle(start, (), parent)
+    notes = _notes.get()
+    if notes:
+        extra = notes.get("config")
+        start = replace(
+            start,
+            title=notes.get("title", start.title),
+            config=dict(start.config) | dict(extra) if extra else start.config,
+            continues=notes.get("continues", start.continues),
+            argv=notes.get("argv", start.argv),
+        )
     observers: list[Observer] = []
     for factory in list(_factories.values()):
         obs = factory(start, options)

@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 from ..deadline import Deadline, timeout_scope
 from ..errors import UsageError
-from ..models import resolve_model, run_with_model
-from ..models.base import Model
+from ..models import default_model_spec, resolve_model, run_with_model
+from ..models.base import Model, Usage
+from ..observe import PipelineEvent, RunStart, observed
 from ..transcript import DebateResult, Event
 from ._common import EventFn, ProgressFn, Recorder
 from .config import AbsaConfig, load_config
@@ -97,8 +98,13 @@ async def run_absa(
     on_event: EventFn | None = None,
     timeout_s: float | None = None,
     deadline: Deadline | None = None,
+    store: Any = None,
 ) -> FinalResult:
     """Analyse one sentence.
+
+    The analysis is one run (kind ``absa``) for its observers (:mod:`moot.observe`): with
+    ``store=`` it is recorded as one run, with every step, stage output and debate event; it
+    ends ``fell_back`` when a call failed. Inside a batch it is part of the batch's run.
 
     Args:
         sentence: the sentence (any language; the shipped synonyms cover Korean and English).
@@ -115,6 +121,9 @@ async def run_absa(
             calls) with a ``deadline`` entry in ``errors``, so the result counts as failed.
         deadline: a caller's deadline (a batch's): the run ends at the earlier of it and
             ``timeout_s``, the same way. The debate keeps its own budget inside either.
+        store: record the run in a run store: a store file, an open
+            :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` / ``./.moot/runs.db``, or None
+            (the default) for nothing.
 
     Returns:
         The final result; failed calls are recorded in ``errors`` (never filled in).
@@ -126,8 +135,31 @@ async def run_absa(
         raise UsageError("the sentence is empty")
     cfg = load_config(config)
     mdl = resolve_model(model)
-    rec = Recorder(on_progress=on_progress, on_event=on_event)
-    deadline = Deadline.within(timeout_s, deadline)
+    spec = _spec(model)
+    config_json = {"config": cfg.model_dump(mode="json"), "model": spec, "sentence": sentence}
+    start = RunStart(kind="absa", title=sentence, model=spec or default_model_spec(), config=config_json)
+    with observed(start, store=store) as run:
+
+        def forward(event: StageEvent | Event) -> None:
+            if not isinstance(event, Event):  # a debate's events reach the run by themselves
+                run.emit(event)
+            if on_event is not None:
+                on_event(event)
+
+        rec = Recorder(on_progress=on_progress, on_event=forward)
+        result = await _analyse(sentence, mdl, cfg, rec, Deadline.within(timeout_s, deadline))
+        run.end("fell_back" if result.failed else "complete", result)
+    return result
+
+
+def _spec(model: str | Model | None) -> str | None:
+    return model.name if isinstance(model, Model) else model
+
+
+async def _analyse(
+    sentence: str, mdl: Model, cfg: AbsaConfig, rec: Recorder, deadline: Deadline | None
+) -> FinalResult:
+    """:func:`run_absa` inside its observed run."""
     if deadline is not None and deadline.expired():  # e.g. queued in a batch past its deadline
         return deadline_result(sentence, cfg)
     try:
@@ -241,8 +273,14 @@ async def run_absa_batch(
     on_result: Callable[[int, FinalResult], Awaitable[None] | None] | None = None,
     timeout_s: float | None = None,
     deadline: Deadline | None = None,
+    store: Any = None,
+    ids: Sequence[str] | None = None,
 ) -> list[FinalResult]:
     """Analyse many sentences, ``concurrency`` at a time, calling ``on_result`` as each finishes.
+
+    The batch is one run (kind ``absa``, config ``batch: true``) for its observers
+    (:mod:`moot.observe`): each sentence's result is a ``unit_completed`` event (the run store
+    keeps it as a unit); the run ends ``fell_back`` when a sentence had failed calls.
 
     Args:
         sentences: the sentences.
@@ -253,13 +291,56 @@ async def run_absa_batch(
         timeout_s: seconds for the whole batch, one deadline shared by every sentence: those
             not finished by then (running or still queued) end as failed ``deadline`` results.
         deadline: a caller's deadline; the batch ends at the earlier of it and ``timeout_s``.
+        store: record the batch as one run, as for :func:`run_absa`.
+        ids: the sentences' ids, as their units are named (default: their line numbers, from 1).
 
     Returns:
         The results in input order.
     """
     cfg = load_config(config)
     mdl = resolve_model(model)
-    deadline = Deadline.within(timeout_s, deadline)
+    names = list(ids) if ids is not None else [str(i + 1) for i in range(len(sentences))]
+    spec = _spec(model)
+    config_json = {
+        "config": cfg.model_dump(mode="json"),
+        "model": spec,
+        "batch": True,
+        "concurrency": concurrency,
+    }
+    start = RunStart(
+        kind="absa",
+        title=f"{len(sentences)} sentences",
+        model=spec or default_model_spec(),
+        config=config_json,
+    )
+    with observed(start, store=store) as run:
+
+        async def done(i: int, res: FinalResult) -> None:
+            if not run.nested:  # an evaluation records its own units
+                data = {"index": i, "result": res.model_dump(mode="json")}
+                run.emit(PipelineEvent(kind="unit_completed", unit=names[i], data=data))
+            if on_result is not None:
+                out = on_result(i, res)
+                if asyncio.iscoroutine(out):
+                    await out
+
+        results = await _batch(sentences, mdl, cfg, concurrency, done, Deadline.within(timeout_s, deadline))
+        usage = sum((r.usage for r in results), Usage())
+        failed = sum(r.failed for r in results)
+        summary = {"sentences": len(results), "failed": failed}
+        run.end("fell_back" if failed else "complete", usage=usage, summary=summary)
+    return results
+
+
+async def _batch(
+    sentences: Sequence[str],
+    mdl: Model,
+    cfg: AbsaConfig,
+    concurrency: int,
+    on_result: Callable[[int, FinalResult], Awaitable[None]],
+    deadline: Deadline | None,
+) -> list[FinalResult]:
+    """:func:`run_absa_batch` inside its observed run."""
     gate = asyncio.Semaphore(max(1, concurrency))
     results: list[FinalResult | None] = [None] * len(sentences)
 
@@ -267,10 +348,7 @@ async def run_absa_batch(
         async with gate:
             res = await run_absa(sentence, model=mdl, config=cfg, deadline=deadline)
         results[i] = res
-        if on_result is not None:
-            out = on_result(i, res)
-            if asyncio.iscoroutine(out):
-                await out
+        await on_result(i, res)
 
     await asyncio.gather(*(one(i, s) for i, s in enumerate(sentences)))
     return [r for r in results if r is not None]

@@ -11,11 +11,22 @@ importing the store. The store module is imported only when a run asks for one.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .. import observe
 
-__all__ = ["store_observer"]
+__all__ = ["store_observer", "store_spec"]
+
+
+def store_spec(path: str | Path | None, *, enabled: bool = True) -> str | Path | bool | None:
+    """The ``store=`` for a command's ``--store PATH`` / ``--no-store``.
+
+    A path, True for the default store (``$MOOT_STORE`` or ``./.moot/runs.db``), or None.
+    """
+    if not enabled:
+        return None
+    return path if path is not None else True
 
 
 def store_observer(start: observe.RunStart, options: Mapping[str, Any]) -> observe.Observer | None:

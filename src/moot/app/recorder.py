@@ -2,12 +2,13 @@
 
 What it writes, per event:
 
-- a debate's :class:`~moot.transcript.Event`: one stored event (a completed debate's result is
-  kept in summary in its event; the whole result is the run's ``result_json``); a benchmark
-  keeps its units, not the events of the debates inside them;
-- :class:`~moot.observe.PipelineEvent` ``unit_completed``: one stored unit (``put_item``);
-- any other event (ABSA's ``StageEvent``, the other pipeline events): one stored event of its
-  ``kind`` with its JSON (a ``PipelineEvent``'s ``data``).
+- :class:`~moot.observe.PipelineEvent` ``unit_completed``: one stored unit (``put_item``); any
+  other pipeline event: one stored event of its ``kind`` with its ``data``;
+- for a debate (kind ``run``) and a one-sentence ABSA run, every other event too: a debate's
+  :class:`~moot.transcript.Event` (a completed debate's result kept in summary in its event; the
+  whole result is the run's ``result_json``) and ABSA's ``StageEvent``. Runs made of units (a
+  bench, an ABSA batch or evaluation) keep their units, and an arbitration its rulings (each
+  with its turn), not the events of the steps and debates inside them.
 
 The run row is created by ``on_start`` (status ``running``) and ``on_end`` stores the result,
 usage, summary, score, error and end status. A store that cannot be written does not stop the
@@ -20,6 +21,9 @@ import atexit
 import sqlite3
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -27,13 +31,25 @@ from pydantic import BaseModel
 from ..observe import PipelineEvent, RunEnd, RunStart
 from ..runs.recording import Recording, begin_recording
 from ..runs.store import RunStore, default_store_path
-from ..transcript import Event
 
-__all__ = ["StoreRecorder", "recorder_for", "resolve_store"]
+__all__ = ["StoreRecorder", "recorded_ids", "recorder_for", "resolve_store"]
+
 
 _opened: dict[Path, RunStore] = {}
 _in_flight: dict[int, int] = {}  # id(store) -> runs being recorded into it
 _lock = threading.Lock()
+_ids: ContextVar[list[str] | None] = ContextVar("moot_recorded_ids", default=None)
+
+
+@contextmanager
+def recorded_ids() -> Iterator[list[str]]:
+    """The ids of the runs recorded inside the block, in start order (for "recorded as run ...")."""
+    ids: list[str] = []
+    token = _ids.set(ids)
+    try:
+        yield ids
+    finally:
+        _ids.reset(token)
 
 
 def resolve_store(spec: str | Path | RunStore | bool) -> RunStore:
@@ -80,7 +96,7 @@ class StoreRecorder:
     def __init__(self, store: RunStore) -> None:
         self.store = store
         self.recording = Recording(None, None)
-        self._kind = ""
+        self._all_events = False
 
     @property
     def run_id(self) -> str | None:
@@ -89,7 +105,9 @@ class StoreRecorder:
 
     def on_start(self, start: RunStart) -> None:
         """Create the run row (or reopen the run it continues)."""
-        self._kind = start.kind
+        # A debate and one ABSA sentence keep every event; the runs made of units (a bench, an ABSA
+        # batch or evaluation) and an arbitration (its rulings hold their turns) keep only theirs.
+        self._all_events = start.kind == "run" or (start.kind == "absa" and not start.config.get("batch"))
         self.recording = begin_recording(
             self.store,
             start.kind,
@@ -102,6 +120,9 @@ class StoreRecorder:
         key = id(self.store)
         with _lock:
             _in_flight[key] = _in_flight.get(key, 0) + 1
+        ids = _ids.get()
+        if ids is not None and self.recording.run_id is not None:
+            ids.append(self.recording.run_id)
 
     def on_event(self, event: BaseModel) -> None:
         """Append ``event`` (a unit result becomes a stored unit)."""
@@ -111,9 +132,7 @@ class StoreRecorder:
                 rec.item(event.unit, event.data, part=event.part, correct=event.correct)
             else:
                 rec.event(event.kind, event.data)
-        elif isinstance(event, Event) and self._kind == "bench":
-            return  # a bench keeps its units; the debates inside them are not its events
-        else:
+        elif self._all_events:
             rec.on_event(event)
 
     def on_end(self, end: RunEnd) -> None:

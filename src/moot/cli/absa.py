@@ -26,12 +26,13 @@ from ..absa import (
     format_report,
     load_config,
     run_absa,
-    run_absa_batch,
 )
 from ..absa.schemas import TraceStep
+from ..app import store_spec
+from ..app.absa import absa_batch
 from ..errors import UsageError
-from ..models import Model, Usage, default_model_spec, run_with_model
-from ..runs import Recording, recording
+from ..models import Model, run_with_model
+from ..observe import annotate
 from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table, progress_bar
@@ -119,7 +120,7 @@ async def _batch(
     config: Any,
     concurrency: int,
     console: Console,
-    rec: Recording,
+    store: Any,
     ray: RayOptions | None = None,
     timeout: float | None = None,
 ) -> tuple[list[FinalResult], list[dict[str, Any]]]:
@@ -133,27 +134,19 @@ async def _batch(
                 json.dumps({"id": items[i][0], **res.model_dump(mode="json")}, ensure_ascii=False) + "\n"
             )
             out.flush()
-            rec.item(items[i][0], {"index": i, "result": res.model_dump(mode="json")})
             progress.advance(task)
 
-        sentences = [s for _, s in items]
-        if ray is not None:  # the results come back here, where they are written and stored
-            from ..scale import run_absa_batch_ray
-
-            assert not isinstance(model, Model)
-            done = await run_absa_batch_ray(
-                sentences, model=model, config=config, ray=ray, on_result=write, timeout_s=timeout
-            )
-            return done.results, done.workers
-        results = await run_absa_batch(
-            sentences,
+        return await absa_batch(
+            [s for _, s in items],
+            [key for key, _ in items],
             model=model,
             config=config,
             concurrency=concurrency,
             on_result=write,
             timeout_s=timeout,
+            ray=ray,
+            store=store,
         )
-        return results, []
 
 
 def _timed_out(results: list[FinalResult], timeout: float | None) -> None:
@@ -244,31 +237,17 @@ def register(app: typer.Typer) -> None:
         if output is not None:  # before any model loads or runs
             check_output_file(output, "--output file")
         cfg = load_config(config)
-        recorded = {"config": cfg.model_dump(mode="json"), "model": model}
+        spec = store_spec(store, enabled=not no_store)  # the pipeline records itself
         if input_file is None:
             if sentence is None or not sentence.strip():
                 raise UsageError("give a SENTENCE, or --input FILE.jsonl --output FILE.jsonl")
-            with recording(
-                "absa",
-                title=sentence,
-                model=model or default_model_spec(),
-                config=recorded | {"sentence": sentence},
-                store=store,
-                enabled=not no_store,
-            ) as rec:
-                with _StageProgress(make_console(stderr=True)) as progress:
-                    res = run_with_model(
-                        model,
-                        lambda m: run_absa(
-                            sentence,
-                            model=m,
-                            config=cfg,
-                            on_progress=progress,
-                            on_event=rec.on_event,
-                            timeout_s=timeout,
-                        ),
-                    )
-                rec.finish(res, status="fell_back" if res.failed else "complete")
+            with _StageProgress(make_console(stderr=True)) as progress:
+                res = run_with_model(
+                    model,
+                    lambda m: run_absa(
+                        sentence, model=m, config=cfg, on_progress=progress, timeout_s=timeout, store=spec
+                    ),
+                )
             if as_json:
                 typer.echo(res.model_dump_json(indent=2))
             else:
@@ -282,34 +261,22 @@ def register(app: typer.Typer) -> None:
         items = read_inputs(input_file)
         ray = ray_options(ray_address, ray_workers, concurrency)
         console = make_console(stderr=True)
-        batch = {"batch": True, "input": str(input_file), "output": str(output), "concurrency": concurrency}
+        where = {"input": str(input_file), "output": str(output)}
         with (
-            recording(
-                "absa",
-                title=str(input_file),
-                model=model or default_model_spec(),
-                config=recorded | batch,
-                store=store,
-                enabled=not no_store,
-            ) as rec,
+            annotate(title=str(input_file), config=where),
             # Results go to a hidden file renamed at the end: a batch that fails at the start leaves
             # nothing, an interrupted one keeps the sentences it finished.
             staged_output(output, "--output file", keep_partial=True) as out,
         ):
             if ray is None:
-                results, workers = run_with_model(
-                    model, lambda m: _batch(items, out, m, cfg, concurrency, console, rec, timeout=timeout)
+                results, _ = run_with_model(
+                    model, lambda m: _batch(items, out, m, cfg, concurrency, console, spec, timeout=timeout)
                 )
             else:  # the model is built on each worker, never loaded here
-                results, workers = asyncio.run(
-                    _batch(items, out, model, cfg, concurrency, console, rec, ray, timeout=timeout)
+                results, _ = asyncio.run(
+                    _batch(items, out, model, cfg, concurrency, console, spec, ray, timeout=timeout)
                 )
-            usage = sum((r.usage for r in results), Usage())
             failed = sum(r.failed for r in results)
-            summary: dict[str, Any] = {"sentences": len(results), "failed": failed}
-            if workers:  # sentences run on Ray workers: how many each did, and which died
-                summary["workers"] = workers
-            rec.finish(usage=usage, summary=summary, status="fell_back" if failed else "complete")
         console.print(f"wrote {len(results)} results to {output} ({failed} with failed calls)")
         _timed_out(results, timeout)
         if report:

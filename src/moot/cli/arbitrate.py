@@ -9,9 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..app import store_spec
 from ..arbitration import DEFAULT_TIMEOUT, SOURCE_AUTHORITY, AgentReport, ArbitrationResult, arbitrate_sync
 from ..errors import UsageError
-from ..runs import recording
+from ..observe import annotate
 from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table
@@ -106,29 +107,16 @@ def register(app: typer.Typer) -> None:
             elif status == "complete" and data is not None:
                 console.print(f"[bold]{markup(stage)} complete[/]: {markup(data)}")
 
-        recorded: dict[str, Any] = {"reports": [r.model_dump(mode="json") for r in parsed], "model": model}
-        recorded["concurrency"] = concurrency
-        name = model or "local"
-        with recording(
-            "arbitrate", title=str(reports), model=name, config=recorded, store=store, enabled=not no_store
-        ) as rec:
-
-            def on_progress(
-                stage: str, status: str, data: dict[str, Any] | None = None, latency: float | None = None
-            ) -> None:
-                rec.event("progress", {"stage": stage, "status": status, "data": data, "latency_ms": latency})
-                progress(stage, status, data, latency)
-
+        with annotate(title=str(reports)):  # recorded by arbitrate(store=...) as one run
             result = arbitrate_sync(
                 parsed,
                 model=model,
                 concurrency=concurrency,
-                on_progress=on_progress,
+                on_progress=progress,
                 source_authority=[s.strip() for s in source_authority.split(",") if s.strip()],
                 timeout_s=timeout,
+                store=store_spec(store, enabled=not no_store),
             )
-            failed = sum(1 for r in result.rulings if r.decision is None)
-            rec.finish(result, status="fell_back" if failed else "complete", summary={"failed": failed})
         if as_json:
             typer.echo(result.model_dump_json())
             return _exit.for_arbitration(result)

@@ -13,12 +13,16 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from ..engine import Debate, debate_config
+from ..app import store_spec
+from ..app.recorder import recorded_ids
+from ..debate_run import unreachable_error
+from ..engine import Debate
 from ..errors import UsageError
 from ..models import Model, default_model_spec
 from ..models.testing import ReplayModel
+from ..observe import annotate
 from ..protocol import read_overrides
-from ..runs import RunStatus, open_store, recording
+from ..runs import open_store
 from ..transcript import DebateResult, Event, Turn
 from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
@@ -35,7 +39,7 @@ from ._io import (
 from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
 from .dry_run import first_round_calls, format_calls
-from .run_batch import TopicItem, read_topics, run_batch
+from .run_batch import read_topics, run_batch
 
 __all__ = ["load_context", "parse_role_models", "register"]
 
@@ -180,19 +184,6 @@ def _summary(console: Console, result: DebateResult) -> None:
     console.print(Panel(table, title=f"[bold]{markup(result.protocol)}[/] result", border_style="bold"))
 
 
-def _all_unreachable(result: DebateResult) -> str | None:
-    # Turns cancelled when the debate stopped never reached the endpoint: they prove nothing.
-    turns = [t for t in result.turns(include_judge=True) if not t.cancelled]
-    if turns and all(t.error_kind == "ModelConnectionError" for t in turns):
-        return turns[0].error
-    return None
-
-
-def debate_status(result: DebateResult) -> RunStatus:
-    """How a finished debate's run is recorded: ``fell_back`` when the answer is a fallback."""
-    return "fell_back" if result.fallback else "complete"
-
-
 def _overrides(protocol: str | None, config: Path | None, **fields: Any) -> dict[str, Any]:
     # --config alone is a whole protocol; with --protocol it overrides that preset (seed shapes too).
     out: dict[str, Any] = read_overrides(config) if protocol and config else {}
@@ -291,29 +282,8 @@ def _batch(
     if debate_mode and uses_demo_model(debate):
         console.print(DEMO_NOTICE, style="dim", markup=False, emoji=False, soft_wrap=True)
 
-    def record(item: TopicItem) -> dict[str, Any]:
-        return debate_config(
-            debate,
-            item.topic,
-            model=model,
-            role_models=role_models,
-            context=item.context,
-            initial_answer=item.initial_answer,
-            debate_mode=debate_mode,
-        )
-
-    return run_batch(
-        debate,
-        items,
-        output,
-        concurrency=concurrency,
-        console=console,
-        record=record,
-        status=debate_status,
-        store=store,
-        use_store=use_store,
-        debate_mode=debate_mode,
-    )
+    debate.store = store_spec(store, enabled=use_store)  # each debate recorded as a run of its own
+    return run_batch(debate, items, output, concurrency=concurrency, console=console, debate_mode=debate_mode)
 
 
 def _players(debate: Debate, model: str | None, roles: dict[str, str]) -> dict[str, str]:
@@ -501,53 +471,41 @@ def register(app: typer.Typer) -> None:
             )
             typer.echo(calls if as_json else clean(calls))
             return 0
-        cfg = debate_config(
-            debate,
-            topic,
-            model=model,
-            role_models=roles,
-            context=ctx,
-            initial_answer=initial_answer,
-            debate_mode=debate_mode,
-        )
+        extra: dict[str, Any] = {}  # what the record adds to the debate's own config
         if from_run:
-            cfg["from_run"] = from_run
+            extra["from_run"] = from_run
         if replayed is not None:
-            cfg["replay"] = replayed
+            extra["replay"] = replayed
         console = make_console(stderr=as_json)
         notice = DEMO_NOTICE if debate_mode and uses_demo_model(debate) else None
         with ExitStack() as stack:
             # The events file takes its name only once the run succeeded: no partial file on failure.
             sink = stack.enter_context(staged_output(out, "--out file")) if out is not None else None
-            name = model or default_model_spec()
-            with recording(
-                "run", title=topic, model=name, config=cfg, store=store, enabled=not no_store
-            ) as rec:
-                live = _Live(console, sink, notice)
-                if as_json:  # keep stdout clean: only the result goes there
-                    live.console = make_console(stderr=True, quiet=True)
-
-                def on_event(event: Event) -> None:
-                    rec.on_event(event)  # stored first: a crash in printing loses nothing
-                    live(event)
-
+            live = _Live(console, sink, notice)
+            if as_json:  # keep stdout clean: only the result goes there
+                live.console = make_console(stderr=True, quiet=True)
+            # Recorded by the debate's observers (the store's recorder sees each event first).
+            debate.store = store_spec(store, enabled=not no_store)
+            with (
+                annotate(config=extra or None),
+                recorded_ids() as ids,
+            ):
                 result = debate.run_sync(
                     topic,
                     context=ctx,
                     initial_answer=initial_answer,
                     debate_mode=debate_mode,
-                    on_event=on_event,
+                    on_event=live,
                 )
-                rec.finish(result, status=debate_status(result))
-                unreachable = _all_unreachable(result)
-                if unreachable and initial_answer is None:  # with one, the result falls back to it (exit 1)
-                    raise UsageError(f"cannot reach the model endpoint: {unreachable}")
+            unreachable = unreachable_error(result)
+            if unreachable and initial_answer is None:  # with one, the result falls back to it (exit 1)
+                raise UsageError(f"cannot reach the model endpoint: {unreachable}")
         if as_json:
             typer.echo(result.model_dump_json())
         else:
             _summary(console, result)
-            if rec.run_id is not None:  # how to find it again
-                short = rec.run_id[:8]
+            if ids:  # how to find it again
+                short = ids[0][:8]
                 console.print(f"[dim]recorded as run {short}: moot runs show {short} · moot view[/]")
         reason = no_answer_reason(result)
         if reason is not None:  # one line, also under --json (stderr), so a script's log says why

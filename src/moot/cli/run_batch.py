@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from rich.progress import TextColumn
 
 from ..engine import Debate
 from ..errors import UsageError
-from ..runs import RunStatus, recording
 from ..transcript import DebateResult
 from . import _exit
 from ._console import progress_bar
@@ -140,17 +138,12 @@ def run_batch(
     *,
     concurrency: int,
     console: Console,
-    record: Callable[[TopicItem], dict[str, Any]],
-    status: Callable[[DebateResult], RunStatus],
-    store: Path | None,
-    use_store: bool,
     debate_mode: bool = True,
 ) -> int:
     """Run the items not yet in ``output``, ``concurrency`` at a time; return the exit code.
 
-    Each debate is recorded in the run store as a ``run`` of its own (``record`` gives
-    its configuration, ``status`` its end status). The exit code follows the contract
-    over every result in the output file, earlier ones included.
+    Each debate is recorded as ``debate``'s ``store=`` says, as a ``run`` of its own. The exit
+    code follows the contract over every result in the output file, earlier ones included.
     """
     previous = read_done(output)
     todo = [item for item in items if item.key not in previous]
@@ -169,19 +162,12 @@ def run_batch(
 
             async def one(item: TopicItem) -> None:
                 async with gate:
-                    cfg = record(item)
-                    with recording(
-                        "run", title=item.topic, model=str(cfg.get("model") or ""), config=cfg,
-                        store=store, enabled=use_store,
-                    ) as rec:  # fmt: skip
-                        result = await debate.run(
-                            item.topic,
-                            context=item.context,
-                            initial_answer=item.initial_answer,
-                            debate_mode=debate_mode,
-                            on_event=rec.on_event,
-                        )
-                        rec.finish(result, status=status(result))
+                    result = await debate.run(
+                        item.topic,
+                        context=item.context,
+                        initial_answer=item.initial_answer,
+                        debate_mode=debate_mode,
+                    )
                 _say_degraded(item, result)
                 line = {"input_id": item.key, **result.model_dump(mode="json")}
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
