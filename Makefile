@@ -14,7 +14,7 @@ LLAMA_VERSION := 0.3.36
 LLAMA_FLAGS   := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 LLAMA_WHEELS  := $(HOME)/.cache/moot/wheels/llama-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_FLAGS)' | md5sum | cut -c1-8)
 
-.PHONY: install demo test unit integration lint format bench clean browser screenshots
+.PHONY: install demo test unit integration lint format bench clean browser screenshots langgraph-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,7 +66,12 @@ screenshots: $(STAMP) browser
 	MOOT_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/view/test_view_browser.py
 
 test: lint browser
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not langgraph_server"
+
+# The example app served by `langgraph dev` (LangGraph's local Agent Server) and called through
+# langgraph_sdk: starts a server, about 20 s. .ci/run runs it after `make test`.
+langgraph-test: $(STAMP)
+	$(BIN)/pytest -q -m langgraph_server
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
