@@ -14,7 +14,7 @@ LLAMA_VERSION := 0.3.36
 LLAMA_FLAGS   := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 LLAMA_WHEELS  := $(HOME)/.cache/moot/wheels/llama-$(LLAMA_VERSION)-$(shell echo '$(LLAMA_FLAGS)' | md5sum | cut -c1-8)
 
-.PHONY: install demo test unit integration lint format bench clean browser screenshots langgraph-test
+.PHONY: install demo test unit integration lint format bench clean browser screenshots langgraph-test phoenix-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,16 @@ test: lint browser
 # langgraph_sdk: starts a server, about 20 s. .ci/run runs it after `make test`.
 langgraph-test: $(STAMP)
 	$(BIN)/pytest -q -m langgraph_server
+
+# A traced `moot run` read back from a real Arize Phoenix. Phoenix (~850 MB) gets a venv of its own,
+# built once and kept in the cache; `make test` skips these tests (they need MOOT_PHOENIX).
+PHOENIX_VENV := $(HOME)/.cache/moot/phoenix-venv
+$(PHOENIX_VENV)/bin/phoenix:
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/pip install -q 'arize-phoenix>=20,<21'
+
+phoenix-test: $(STAMP) $(PHOENIX_VENV)/bin/phoenix
+	MOOT_PHOENIX=$(PHOENIX_VENV)/bin/phoenix $(BIN)/pytest -q tests/test_phoenix.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

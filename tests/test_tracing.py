@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
 
@@ -17,11 +18,19 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from engine_helpers import ans
-from moot import Debate, FunctionModel, ModelRequest, ScriptedModel
+from moot import Debate, FunctionModel, ModelRequest, ScriptedModel, observe
+from moot.app.tracing import (
+    CAPTURE_ENV,
+    DebateTracer,
+    TraceObserver,
+    active_tracer,
+    model_name,
+    provider_name,
+    trace_observer,
+)
 from moot.errors import ModelHTTPError
 from moot.models import base
 from moot.protocol import preset_names
-from moot.tracing import CAPTURE_ENV, DebateTracer, active_tracer, model_name, provider_name
 
 
 @pytest.fixture
@@ -78,7 +87,7 @@ def test_span_tree_per_preset(preset: str, spans: tuple[TracerProvider, InMemory
         )
         assert a["gen_ai.provider.name"] == "moot.test"
     seen = Counter(
-        (str((s.attributes or {})["gen_ai.agent.name"]), (s.attributes or {})["moot.ok"])
+        (str((s.attributes or {})["gen_ai.agent.name"]), "error.type" not in (s.attributes or {}))
         for s in agents.values()
     )
     assert seen == Counter((t.speaker, t.ok) for t in turns)
@@ -158,7 +167,7 @@ def test_failed_turn_retries_and_repair(spans: tuple[TracerProvider, InMemorySpa
     assert len(repaired) == 1 and (repaired[0].attributes or {})["moot.repaired"] is True
     invalid = [s for s in ops["chat"] if (s.attributes or {}).get("error.type") == "invalid_output"]
     assert len(invalid) == 1
-    failed = [s for s in ops["invoke_agent"] if (s.attributes or {}).get("moot.ok") is False]
+    failed = [s for s in ops["invoke_agent"] if "error.type" in (s.attributes or {})]
     assert len(failed) == 1 and (failed[0].attributes or {})["error.type"] == "ModelHTTPError"
     assert failed[0].status.status_code == trace.StatusCode.ERROR
     assert "SECRET-BODY" not in _all_text(finished)  # an error's message never reaches a span
@@ -224,7 +233,7 @@ def test_content_on_with_the_convention_variable(
 
 
 def test_no_secret_in_any_span(spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch) -> None:
-    # An OpenAI-compatible endpoint with credentials in its URL and a key from the environment: the
+    # An OpenAI-compatible endpoint with a key in its URL's query and one from the environment: the
     # request fails at once (nothing listens), with content capture on; no span holds either secret.
     monkeypatch.setenv(CAPTURE_ENV, "true")
     monkeypatch.setenv("MY_SECRET_KEY", "sk-KEY-0123456789")
@@ -232,14 +241,15 @@ def test_no_secret_in_any_span(spans: tuple[TracerProvider, InMemorySpanExporter
     monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)  # to 127.0.0.1 only, where nothing listens
     provider, exporter = spans
     tracer = DebateTracer(provider.get_tracer("moot"))
-    spec = "openai:m?base_url=http://user:URL-PASSWORD-42@127.0.0.1:9/v1&api_key_env=MY_SECRET_KEY"
+    base_url = urllib.parse.quote("http://127.0.0.1:9/v1?api_key=URL-PASSWORD-42", safe="")
+    spec = f"openai:m?base_url={base_url}&api_key_env=MY_SECRET_KEY"
     result = Debate("answer", model=spec, overrides={"retry": {"max_retries": 0}}).run_sync(
         "q", on_event=tracer.on_event
     )
     assert result.fallback
     finished = exporter.get_finished_spans()
     text = _all_text(finished)
-    assert "URL-PASSWORD-42" not in text and "sk-KEY-0123456789" not in text and "user:" not in text
+    assert "URL-PASSWORD-42" not in text and "sk-KEY-0123456789" not in text
     chats = _by_op(finished)["chat"]
     assert chats and all((s.attributes or {})["server.address"] == "127.0.0.1" for s in chats)
     assert all((s.attributes or {})["server.port"] == 9 for s in chats)
@@ -276,3 +286,105 @@ def test_no_provider_no_tracer() -> None:
     # The global provider is never set in this process: moot traces nothing and builds nothing.
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
     assert active_tracer() is None
+
+
+# -- attached as an observer (moot.observe), as every door attaches it when a provider is set -----
+
+
+@pytest.fixture
+def observed(spans: tuple[TracerProvider, InMemorySpanExporter]) -> Iterator[InMemorySpanExporter]:
+    provider, exporter = spans
+    tracer = provider.get_tracer("moot")
+    observe.register("trace", lambda start, options: TraceObserver(tracer))
+    yield exporter
+    observe.register("trace", trace_observer)
+
+
+def test_every_door_is_traced_without_a_callback(observed: InMemorySpanExporter) -> None:
+    debate = Debate("answer", model="test")
+    debate.run_sync("q1")
+
+    async def drive() -> None:
+        await debate.start("q2").execute()
+        async for _ in debate.stream("q3"):
+            pass
+
+    asyncio.run(drive())
+    roots = _by_op(observed.get_finished_spans())["invoke_workflow"]
+    assert len(roots) == 3 and all((r.attributes or {})["moot.status"] == "complete" for r in roots)
+    assert len(_by_op(observed.get_finished_spans())["chat"]) == 15
+
+
+def test_observer_nests_under_the_callers_span(
+    observed: InMemorySpanExporter, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    app = spans[0].get_tracer("app")
+    with app.start_as_current_span("request"):
+        Debate("answer", model="test").run_sync("q")
+    finished = observed.get_finished_spans()
+    (request,) = [s for s in finished if s.name == "request"]
+    (root,) = [s for s in finished if s.name.startswith("invoke_workflow")]
+    assert root.parent is not None and root.parent.span_id == request.context.span_id
+
+
+def test_an_interrupted_debate_still_has_its_spans(observed: InMemorySpanExporter) -> None:
+    model = ScriptedModel({"*": [ans("a")] * 4}, delay=5)
+
+    async def cut() -> None:
+        task = asyncio.create_task(Debate("answer", model=model).run("q"))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cut())
+    ops = _by_op(observed.get_finished_spans())
+    (root,) = ops["invoke_workflow"]
+    assert (root.attributes or {})["moot.status"] == "interrupted"
+    assert root.status.status_code == trace.StatusCode.ERROR
+    assert len(ops["invoke_agent"]) == 2 and all(
+        s.status.status_code == trace.StatusCode.ERROR for s in ops["invoke_agent"]
+    )
+
+
+def test_a_pipeline_run_is_one_root_with_units_and_debates(observed: InMemorySpanExporter) -> None:
+    start = observe.RunStart(kind="bench", title="arith", model="test")
+    with observe.observed(start) as run:
+        run.emit(observe.PipelineEvent(kind="bench_started", data={"total": 2, "done": 0}))
+        Debate("answer", model="test").run_sync("1+1?")  # nested: its events reach the bench's observers
+        run.emit(
+            observe.PipelineEvent(
+                kind="unit_completed", unit="i1", part="single", correct=True, data={"wall_s": 0.1}
+            )
+        )
+        run.emit(
+            observe.PipelineEvent(kind="unit_completed", unit="i2", part="single", correct=False, data={})
+        )
+        run.end("complete", score=0.5)
+    finished = observed.get_finished_spans()
+    roots = [s for s in finished if s.parent is None]
+    assert [r.name for r in roots] == ["invoke_workflow moot.bench"]
+    (bench,) = roots
+    assert (bench.attributes or {})["moot.score"] == 0.5 and (bench.attributes or {})["moot.units"] == 2
+    units = [s for s in finished if s.name.startswith("unit ")]
+    assert sorted(s.name for s in units) == ["unit i1 single", "unit i2 single"]
+    scores = [(e.attributes or {})["gen_ai.evaluation.score.value"] for s in units for e in s.events]
+    assert sorted(scores) == [0.0, 1.0]
+    (debate,) = [s for s in finished if s.name == "invoke_workflow answer"]
+    assert debate.parent is not None and debate.parent.span_id == bench.context.span_id
+
+
+def test_captured_content_is_redacted(
+    spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch
+) -> None:
+    monkeypatch.setenv(CAPTURE_ENV, "true")
+    provider, exporter = spans
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    topic = "Is http://admin:hunter2-PASS@db.internal/x?api_key=K-SECRET-1 safe to share?"
+    Debate("answer", model="test").run_sync(
+        topic, context={"db": "postgres://app:CTX-SECRET-2@db.internal/main"}, on_event=tracer.on_event
+    )
+    text = _all_text(exporter.get_finished_spans())
+    assert "db.internal" in text  # the content is there...
+    for secret in ("hunter2-PASS", "K-SECRET-1", "CTX-SECRET-2"):
+        assert secret not in text  # ...its credentials are not

@@ -43,7 +43,7 @@ def test_no_variable_no_warning_and_no_import() -> None:
 @pytest.mark.parametrize("var", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])
 def test_the_variable_installs_an_sdk_provider_named_from_the_environment(var: str) -> None:
     code = (
-        "from moot.tracing import install_from_env, active_tracer; flush = install_from_env(); "
+        "from moot.app.tracing import install_from_env, active_tracer; flush = install_from_env(); "
         "from opentelemetry import trace; p = trace.get_tracer_provider(); "
         "print(type(p).__name__, p.resource.attributes['service.name'], active_tracer() is not None); flush()"
     )
@@ -57,7 +57,7 @@ def test_an_application_provider_is_left_alone() -> None:
     code = (
         "from opentelemetry import trace; from opentelemetry.sdk.trace import TracerProvider; "
         "mine = TracerProvider(); trace.set_tracer_provider(mine); "
-        "from moot.tracing import install_from_env; print(install_from_env() is None, "
+        "from moot.app.tracing import install_from_env; print(install_from_env() is None, "
         "trace.get_tracer_provider() is mine)"
     )
     done = _python(code, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})

@@ -6,6 +6,9 @@ Every public door (``Debate``, ``debate_node``, ``build_debate_graph``, ``arbitr
 door given ``store=`` (a path, an open :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` or
 ``./.moot/runs.db``, None for nothing) records its run without the engine or the pipelines
 importing the store. The store module is imported only when a run asks for one.
+
+Tracing is the second subscriber: :mod:`moot.app.tracing` attaches OpenTelemetry spans to every
+run while a tracer provider is set (the CLI sets one from ``OTEL_EXPORTER_OTLP_ENDPOINT``).
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import observe
+from .tracing import trace_observer
 
-__all__ = ["store_observer", "store_spec"]
+__all__ = ["store_observer", "store_spec", "trace_observer"]
 
 
 def store_spec(path: str | Path | None, *, enabled: bool = True) -> str | Path | bool | None:
@@ -40,3 +44,5 @@ def store_observer(start: observe.RunStart, options: Mapping[str, Any]) -> obser
 
 
 observe.register("store", store_observer)
+# Tracing: an observer only while an OpenTelemetry tracer provider is set (see moot.app.tracing).
+observe.register("trace", trace_observer)

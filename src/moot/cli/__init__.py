@@ -24,9 +24,9 @@ import click
 import typer
 
 from .. import __version__
+from ..app.tracing import install_from_env
 from ..errors import MootError, UsageError
 from ..gctune import tuned_gc, tuning_wanted
-from ..tracing import install_from_env
 from ._ray_options import default_ray_address
 from ._safe import clean
 from ._warnings import lift_quiet, say_warnings
@@ -99,7 +99,7 @@ def _internal_error(exc: BaseException) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``moot`` console script; returns the exit code.
 
-    With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, the run is traced (:func:`moot.tracing.install_from_env`)
+    With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, the run is traced (:func:`moot.app.tracing.install_from_env`)
     and its spans are flushed before the exit, Ctrl-C included.
     """
     flush = install_from_env()

@@ -1,0 +1,674 @@
+"""OpenTelemetry spans for moot runs, built from the run's event stream (``pip install 'moot[otel]'``).
+
+A second subscriber to every run, beside the run store's recorder (:mod:`moot.observe`): when an
+OpenTelemetry tracer provider is set, :func:`trace_observer` attaches a :class:`TraceObserver` to
+each run a public door starts, and it turns the run's events into spans following
+OpenTelemetry's GenAI semantic conventions, version :data:`SEMCONV_VERSION` (attribute names
+pinned to it; the conventions are still marked Development)::
+
+    invoke_workflow {protocol}        gen_ai.conversation.id = the run id; status, decision
+    ├── invoke_agent {persona}        one per turn (speakers, moderator, judge): round, phase
+    │   └── chat {model}              one per model request: parameters, usage, finish reason
+    │       · moot.retry events        transient failures retried inside the request
+    ├── invoke_agent {persona}        concurrent turns of a round are siblings
+    · gen_ai.evaluation.result        a judge's or moderator's verdict (score, label)
+
+A benchmark, an ABSA analysis or an arbitration is one ``invoke_workflow moot.{kind}`` root
+with a span per benchmark unit (its score as an evaluation event), per ABSA step, and the
+debates it ran (one per contradiction for an arbitration) beneath it.
+
+The engine knows nothing of this module. moot uses only the OpenTelemetry API's global tracer
+provider, as a library should: :func:`active_tracer` is None (and no observer is made) until the
+application, or ``moot``'s CLI from ``OTEL_EXPORTER_OTLP_ENDPOINT`` (:func:`install_from_env`),
+sets one. Without the extra nothing here imports OpenTelemetry.
+
+Content (topic, context, prompts, replies, explanations) is left out unless
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is true. Never recorded, with or without
+it: error messages (only their class, ``error.type``), API keys, endpoint URLs (only
+``server.address`` and ``server.port``); captured text passes through :mod:`moot.redact` like
+everything the run store keeps, so a credential inside a topic or a prompt is masked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from .. import observe, redact
+from ..transcript import DebateResult, Event, RequestRecord, Turn
+
+if TYPE_CHECKING:  # pragma: no cover - only with the extra
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer
+
+__all__ = [
+    "CAPTURE_ENV",
+    "SEMCONV_VERSION",
+    "DebateTracer",
+    "TraceObserver",
+    "active_tracer",
+    "capture_content",
+    "install_from_env",
+    "trace_observer",
+]
+
+SEMCONV_VERSION = "1.41.0"
+"""The OpenTelemetry semantic conventions release whose GenAI attribute names moot emits."""
+
+CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The conventions' switch for recording prompts and replies in spans (off by default)."""
+
+SCOPE = "moot"
+"""The instrumentation scope name of every span moot makes."""
+
+# Low-cardinality labels a verdict may carry (never free text): the first one found is the label.
+_LABEL_FIELDS = ("leaning", "resolution", "action", "sentence_polarity", "winner")
+
+_PROVIDERS = {"test": "moot.test", "local": "moot.local"}
+
+
+def capture_content() -> bool:
+    """True when ``$OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``true`` (or 1, yes)."""
+    return os.environ.get(CAPTURE_ENV, "").strip().lower() in ("true", "1", "yes")
+
+
+def active_tracer() -> Tracer | None:
+    """Moot's tracer from the global provider, or None when no provider is set (then trace nothing).
+
+    Imports nothing: if ``opentelemetry.trace`` was never imported, no provider can have been
+    set, and this returns None at the cost of one dictionary look-up.
+    """
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None:
+        return None
+    provider = api.get_tracer_provider()
+    if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
+        return None
+    from .._version import __version__
+
+    tracer: Tracer = provider.get_tracer(
+        SCOPE, __version__, schema_url=f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
+    )
+    return tracer
+
+
+def _ns(t: float) -> int:
+    return int(t * 1e9)
+
+
+def provider_name(model: str) -> str:
+    """``gen_ai.provider.name`` for a moot model spec: ``openai:gpt-4o`` -> ``openai``.
+
+    moot's offline and in-process models are named ``moot.test`` and ``moot.local``.
+    """
+    head = model.partition("?")[0].partition(":")[0].strip() or "_OTHER"
+    return _PROVIDERS.get(head, head)
+
+
+def model_name(model: str) -> str:
+    """``gen_ai.request.model``: the spec without its provider and options (``openai:m?x=1`` -> ``m``)."""
+    head = model.partition("?")[0]
+    provider, sep, rest = head.partition(":")
+    return redact.text(rest.strip() if sep else provider.strip())
+
+
+def _server(endpoint: str | None) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of a base URL: never its path, query or credentials."""
+    if not endpoint:
+        return {}
+    try:
+        parts = urlsplit(endpoint.split(",")[0].strip())
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return {}
+    if not host:
+        return {}
+    out: dict[str, Any] = {"server.address": host}
+    if port is None:
+        port = {"http": 80, "https": 443}.get(parts.scheme)
+    if port is not None:
+        out["server.port"] = port
+    return out
+
+
+def _messages_json(messages: list[Any]) -> str:
+    return json.dumps(
+        [{"role": m.role, "parts": [{"type": "text", "content": redact.text(m.content)}]} for m in messages],
+        ensure_ascii=False,
+    )
+
+
+def _reply_json(text: str, finish_reason: str | None) -> str:
+    message: dict[str, Any] = {"role": "assistant", "parts": [{"type": "text", "content": redact.text(text)}]}
+    message["finish_reason"] = finish_reason or "stop"
+    return json.dumps([message], ensure_ascii=False)
+
+
+def _content(value: Any) -> str:
+    """Captured content as an attribute: JSON for data, credentials masked (:mod:`moot.redact`)."""
+    if isinstance(value, str):
+        return redact.text(value)
+    return json.dumps(redact.data(value), ensure_ascii=False)
+
+
+@dataclass
+class _Turn:
+    """One turn while its run is under way: when it started and the requests it made."""
+
+    started: float
+    requests: list[RequestRecord] = field(default_factory=list)
+    turn: Turn | None = None
+    ended: float = 0.0
+
+
+@dataclass
+class _Run:
+    """What one debate did so far; its spans are made when it ends."""
+
+    parent: Context | None
+    started: float
+    topic: str | None
+    open: dict[tuple[int | None, str | None, str], _Turn] = field(default_factory=dict)
+    done: list[_Turn] = field(default_factory=list)
+
+
+class DebateTracer:
+    """Spans for debate runs, from their events: pass :meth:`on_event` as (or into) ``on_event``.
+
+    One tracer serves any number of concurrent runs (kept apart by ``debate_id``). A run's root
+    span nests under the OpenTelemetry context current when its ``debate_started`` event arrives
+    (the caller's span: a LangGraph node, a web request), or under ``parent`` when given; the
+    concurrent turns of a round are siblings under the root. Nothing here changes the caller's
+    current span.
+
+    A run's spans are made, each with all its attributes, when the run ends (its
+    ``debate_completed`` event, or :meth:`close`), with the times the events recorded: spans
+    are exported only once ended anyway, and this is the cheapest way through the SDK.
+
+    Args:
+        tracer: an OpenTelemetry tracer (:func:`active_tracer`).
+        capture: record content (topic, messages, replies); default :func:`capture_content`.
+        parent: the context to nest runs under instead of the current one.
+    """
+
+    def __init__(self, tracer: Tracer, *, capture: bool | None = None, parent: Context | None = None) -> None:
+        from opentelemetry import context, trace
+
+        self._tracer = tracer
+        self._trace = trace
+        self._context = context
+        self.capture = capture_content() if capture is None else capture
+        self.parent = parent
+        """The context new runs nest under (None: the current one when a run starts)."""
+        self._runs: dict[str, _Run] = {}
+        self._handlers: Mapping[str, Callable[[Event], None]] = {
+            "debate_started": self._started,
+            "turn_started": self._turn_started,
+            "model_request": self._request,
+            "turn_completed": self._turn_completed,
+            "judge_completed": self._turn_completed,
+            "debate_completed": self._completed,
+        }
+
+    def on_event(self, event: Event) -> None:
+        """Handle one event (events of other kinds are ignored)."""
+        handler = self._handlers.get(event.kind)
+        if handler is not None:
+            handler(event)
+
+    @property
+    def open_runs(self) -> int:
+        """Runs started and not yet ended."""
+        return len(self._runs)
+
+    def close(self, status: str = "interrupted") -> None:
+        """End every run still open (the run was interrupted): its spans, marked ``status``."""
+        for debate_id in list(self._runs):
+            run = self._runs.pop(debate_id)
+            for turn in run.open.values():
+                turn.ended = time.time()
+                run.done.append(turn)
+            attrs = {"moot.status": status, "error.type": status}
+            self._emit(run, debate_id, "invoke_workflow", attrs, time.time(), error=status)
+
+    # -- events -----------------------------------------------------------------------------------
+    def _run(self, event: Event, started: float) -> _Run:
+        run = self._runs.get(event.debate_id)
+        if run is None:
+            parent = self.parent if self.parent is not None else self._context.get_current()
+            run = self._runs[event.debate_id] = _Run(parent, started, None)
+        return run
+
+    def _started(self, event: Event) -> None:
+        self._run(event, event.time).topic = event.message
+
+    def _turn_started(self, event: Event) -> None:
+        run = self._run(event, event.time)
+        run.open[(event.round, event.speaker, event.phase or "turn")] = _Turn(event.time)
+
+    def _request(self, event: Event) -> None:
+        run = self._runs.get(event.debate_id)
+        if run is None or event.request is None:
+            return
+        turn = run.open.get((event.round, event.speaker, event.phase or "turn"))
+        if turn is not None:
+            turn.requests.append(event.request)
+
+    def _turn_completed(self, event: Event) -> None:
+        run = self._runs.get(event.debate_id)
+        if run is None or event.turn is None:
+            return
+        turn = run.open.pop((event.round, event.speaker, event.turn.phase), None)
+        if turn is None:
+            return
+        turn.turn = event.turn
+        # A cancelled turn is reported when the run finishes: it ended when it was cut, not then.
+        took = (event.turn.latency_ms + event.turn.queue_ms) / 1000
+        turn.ended = max(turn.started, turn.started + took if event.turn.cancelled else event.time)
+        run.done.append(turn)
+
+    def _completed(self, event: Event) -> None:
+        result = event.result
+        if result is None:
+            return
+        run = self._runs.pop(event.debate_id, None)
+        if run is None:  # a skipped run: no debate_started, one span
+            parent = self.parent if self.parent is not None else self._context.get_current()
+            run = _Run(parent, result.timings.started_at or event.time, result.topic)
+        attrs = self._outcome(result)
+        error = _fallback_kind(result.fallback) if result.fallback else None
+        if error:
+            attrs["error.type"] = error
+        self._emit(run, event.debate_id, f"invoke_workflow {result.protocol}", attrs, event.time, error=error)
+
+    # -- spans ------------------------------------------------------------------------------------
+    def _emit(
+        self, run: _Run, debate_id: str, name: str, attrs: dict[str, Any], ended: float, *, error: str | None
+    ) -> None:
+        trace = self._trace
+        attrs["gen_ai.operation.name"] = "invoke_workflow"
+        attrs["gen_ai.conversation.id"] = debate_id
+        if self.capture and run.topic:
+            attrs["moot.topic"] = _content(run.topic)
+        root = self._tracer.start_span(
+            name,
+            context=run.parent,
+            kind=trace.SpanKind.INTERNAL,
+            attributes=attrs,
+            start_time=_ns(run.started),
+        )
+        context = trace.set_span_in_context(root, run.parent)
+        for turn in run.done:
+            self._agent_span(turn, context, root)
+        if error:
+            root.set_status(trace.StatusCode.ERROR, error)
+        root.end(_ns(max(ended, run.started)))
+
+    def _agent_span(self, turn: _Turn, parent: Context, root: Span) -> None:
+        t = turn.turn
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent"}
+        name = "invoke_agent"
+        if t is not None:
+            name = f"invoke_agent {t.speaker}"
+            attrs.update(
+                {
+                    "gen_ai.agent.name": t.speaker,
+                    "gen_ai.provider.name": provider_name(t.model),
+                    "gen_ai.request.model": model_name(t.model),
+                    "moot.round": t.round,
+                    "moot.phase": t.phase,
+                }
+            )
+            if t.repaired:
+                attrs["moot.repaired"] = True
+            if t.trimmed:
+                attrs["moot.trimmed"] = True
+            if not t.ok:
+                attrs["error.type"] = t.error_kind or "_OTHER"
+            elif self.capture and t.content is not None:
+                attrs["moot.output"] = _content(t.content)
+        else:  # still running when the run was closed
+            attrs["error.type"] = "interrupted"
+        span = self._tracer.start_span(
+            name,
+            context=parent,
+            kind=self._trace.SpanKind.INTERNAL,
+            attributes=attrs,
+            start_time=_ns(turn.started),
+        )
+        context = self._trace.set_span_in_context(span, parent)
+        for req in turn.requests:
+            if req.attempt > 0:
+                span.add_event("moot.repair", {"moot.attempt": req.attempt}, _ns(req.started))
+            self.chat_span(req, context)
+        if "error.type" in attrs:
+            span.set_status(self._trace.StatusCode.ERROR, attrs["error.type"])
+        elif t is not None and t.phase in ("judge", "moderator"):
+            self._evaluation(root, t, turn.ended)
+        span.end(_ns(turn.ended))
+
+    def chat_span(self, req: RequestRecord, parent: Context) -> None:
+        """One ``chat`` span for a finished request, under ``parent`` (its times are the request's)."""
+        model = model_name(req.model)
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_name(req.model),
+            "gen_ai.request.model": model,
+            "gen_ai.usage.input_tokens": req.usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": req.usage.completion_tokens,
+        }
+        # Each attribute costs ~5 us to make and export: the rare ones only when they say something.
+        if req.attempt:
+            attrs["moot.attempt"] = req.attempt
+        if req.usage.attempts > 1:
+            attrs["moot.requests_sent"] = req.usage.attempts
+        if req.max_tokens is not None:
+            attrs["gen_ai.request.max_tokens"] = req.max_tokens
+        if req.temperature is not None:
+            attrs["gen_ai.request.temperature"] = req.temperature
+        if req.response_model:
+            attrs["gen_ai.response.model"] = model_name(req.response_model)
+        if req.finish_reason:
+            attrs["gen_ai.response.finish_reasons"] = (req.finish_reason,)
+        if req.endpoint:
+            attrs.update(_server(req.endpoint))
+        if req.error_kind:
+            attrs["error.type"] = req.error_kind
+        if self.capture:
+            if req.messages:
+                attrs["gen_ai.input.messages"] = _messages_json(req.messages)
+            if req.reply is not None:
+                attrs["gen_ai.output.messages"] = _reply_json(req.reply, req.finish_reason)
+        span = self._tracer.start_span(
+            f"chat {model}",
+            context=parent,
+            kind=self._trace.SpanKind.CLIENT,
+            attributes=attrs,
+            start_time=_ns(req.started),
+        )
+        for retry in req.retries:
+            info: dict[str, Any] = {"error.type": retry.error_kind, "moot.wait_s": retry.wait_s}
+            if retry.status is not None:
+                info["http.response.status_code"] = retry.status
+            span.add_event("moot.retry", info, _ns(retry.time))
+        if req.error_kind:
+            span.set_status(self._trace.StatusCode.ERROR, req.error_kind)
+        span.end(_ns(req.ended))
+
+    def _evaluation(self, root: Span, turn: Turn, at: float) -> None:
+        attrs: dict[str, Any] = {
+            "gen_ai.evaluation.name": f"moot.{turn.phase}",
+            "gen_ai.agent.name": turn.speaker,
+            "moot.round": turn.round,
+        }
+        score = turn.get("confidence")
+        if isinstance(score, int | float) and not isinstance(score, bool):
+            attrs["gen_ai.evaluation.score.value"] = float(score)
+        for name in _LABEL_FIELDS:
+            label = turn.get(name)
+            if isinstance(label, str) and label:
+                attrs["gen_ai.evaluation.score.label"] = label
+                break
+        if self.capture and turn.text:
+            attrs["gen_ai.evaluation.explanation"] = _content(turn.text)
+        root.add_event("gen_ai.evaluation.result", attrs, _ns(at))
+
+    def _outcome(self, result: DebateResult) -> dict[str, Any]:
+        status = "skipped" if result.skipped else "fell_back" if result.fallback else "complete"
+        attrs: dict[str, Any] = {
+            "gen_ai.workflow.name": result.protocol,
+            "moot.status": status,
+            "moot.rounds": len(result.rounds),
+        }
+        if result.failed_turns:
+            attrs["moot.failed_turns"] = result.failed_turns
+        if result.cancelled_turns:
+            attrs["moot.cancelled_turns"] = result.cancelled_turns
+        if result.stopped_early:
+            attrs["moot.stopped_early"] = True
+        decision = result.decision
+        if decision is not None:
+            attrs["moot.decision.strategy"] = decision.strategy
+            if decision.label is not None:
+                attrs["moot.decision.label"] = decision.label
+            if decision.confidence is not None:
+                attrs["moot.decision.confidence"] = decision.confidence
+        if self.capture and result.final_answer is not None:
+            attrs["moot.final_answer"] = _content(result.final_answer)
+        return attrs
+
+
+def trace_observer(start: observe.RunStart, options: Mapping[str, Any]) -> observe.Observer | None:
+    """The observer factory for tracing: a :class:`TraceObserver` when a tracer provider is set."""
+    tracer = active_tracer()
+    if tracer is None or options.get("trace") is False:
+        return None
+    return TraceObserver(tracer)
+
+
+class TraceObserver:
+    """One run's spans (see the module docstring): an observer of :mod:`moot.observe`.
+
+    A debate run's spans come from its own events; a pipeline run (``bench``, ``absa``,
+    ``arbitrate``...) gets a root span of its own, made on :meth:`on_start` under the caller's
+    current span, with its debates, steps and units beneath it.
+    """
+
+    def __init__(self, tracer: Tracer, *, capture: bool | None = None) -> None:
+        from opentelemetry import context, trace
+
+        self._tracer, self._trace, self._context = tracer, trace, context
+        self.debates = DebateTracer(tracer, capture=capture)
+        self._root: Span | None = None
+        self._root_context: Context | None = None
+        self._steps: dict[str, list[tuple[Span, Context]]] = {}
+
+    def on_start(self, start: observe.RunStart) -> None:
+        """Note the caller's context; open the root span of a pipeline run."""
+        parent = self._context.get_current()
+        if start.kind == "run":  # a debate: its events make its root
+            self.debates.parent = parent
+            return
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_workflow",
+            "gen_ai.workflow.name": f"moot.{start.kind}",
+        }
+        if start.model:
+            attrs["gen_ai.request.model"] = model_name(start.model)
+            attrs["gen_ai.provider.name"] = provider_name(start.model)
+        if self.debates.capture and start.title:
+            attrs["moot.title"] = _content(start.title)
+        self._root = self._tracer.start_span(
+            f"invoke_workflow moot.{start.kind}",
+            context=parent,
+            kind=self._trace.SpanKind.INTERNAL,
+            attributes=attrs,
+        )
+        self._root_context = self.debates.parent = self._trace.set_span_in_context(self._root, parent)
+
+    def on_event(self, event: Any) -> None:
+        """One event: a debate's (spans of that debate), an ABSA step, a benchmark unit."""
+        if isinstance(event, Event):
+            self.debates.on_event(event)
+            return
+        kind = getattr(event, "kind", "")
+        if kind == "step_started":
+            self._step_started(str(getattr(event, "name", "")))
+        elif kind == "step_completed":
+            self._step_completed(event)
+        elif kind in ("unit_completed", "unit_failed"):
+            self._unit(event)
+        elif kind == "bench_started" and self._root is not None:
+            total = getattr(event, "data", {}).get("total")
+            if isinstance(total, int):
+                self._root.set_attribute("moot.units", total)
+
+    def on_end(self, end: observe.RunEnd) -> None:
+        """Close what is still open and end the root with the run's status."""
+        self.debates.close(end.status if end.status in ("interrupted", "failed") else "interrupted")
+        for stack in self._steps.values():
+            for span, _ in stack:
+                span.set_status(self._trace.StatusCode.ERROR, end.status)
+                span.end()
+        self._steps.clear()
+        root = self._root
+        if root is None:
+            return
+        root.set_attribute("moot.status", end.status)
+        if end.score is not None:
+            root.set_attribute("moot.score", end.score)
+        if end.status in ("failed", "interrupted"):
+            kind = type(end.exception).__name__ if end.exception is not None else end.status
+            root.set_attribute("error.type", kind)
+            root.set_status(self._trace.StatusCode.ERROR, kind)
+        root.end()
+
+    # -- pipeline events ------------------------------------------------------------------------
+    def _step_started(self, name: str) -> None:
+        parent = self._root_context
+        span = self._tracer.start_span(
+            f"step {name}",
+            context=parent,
+            kind=self._trace.SpanKind.INTERNAL,
+            attributes={"moot.step": name},
+        )
+        context = self._trace.set_span_in_context(span, parent)
+        self._steps.setdefault(name, []).append((span, context))
+        self.debates.parent = context  # a debate run by this step nests under it
+
+    def _step_completed(self, event: Any) -> None:
+        name = str(getattr(event, "name", ""))
+        stack = self._steps.get(name)
+        if not stack:
+            return
+        span, _ = stack.pop(0)
+        step = getattr(event, "step", None)
+        if step is not None:
+            if getattr(step, "skipped", False):
+                span.set_attribute("moot.skipped", True)
+            if not getattr(step, "ok", True):
+                span.set_attribute("error.type", "step_failed")
+                span.set_status(self._trace.StatusCode.ERROR, "step_failed")
+        span.end()
+        self.debates.parent = self._root_context
+
+    def _unit(self, event: Any) -> None:
+        data: Mapping[str, Any] = getattr(event, "data", {}) or {}
+        unit, part = getattr(event, "unit", None), getattr(event, "part", "")
+        if unit is None:
+            unit = data.get("item_id")
+            part = part or data.get("method", "")
+        ended = float(getattr(event, "time", 0.0) or time.time())
+        wall = data.get("wall_s")
+        started = ended - wall if isinstance(wall, int | float) and wall > 0 else ended
+        attrs: dict[str, Any] = {"moot.unit": str(unit), "moot.part": str(part)}
+        for key in ("calls", "prompt_tokens", "completion_tokens"):
+            value = data.get(key)
+            if isinstance(value, int):
+                attrs[f"moot.{key}"] = value
+        failed = getattr(event, "kind", "") == "unit_failed"
+        if failed:
+            attrs["error.type"] = "unit_failed"
+        span = self._tracer.start_span(
+            f"unit {unit}" + (f" {part}" if part else ""),
+            context=self._root_context,
+            kind=self._trace.SpanKind.INTERNAL,
+            attributes=attrs,
+            start_time=_ns(started),
+        )
+        correct = getattr(event, "correct", None)
+        if isinstance(correct, bool):
+            span.add_event(
+                "gen_ai.evaluation.result",
+                {
+                    "gen_ai.evaluation.name": "moot.correct",
+                    "gen_ai.evaluation.score.value": 1.0 if correct else 0.0,
+                    "gen_ai.evaluation.score.label": "correct" if correct else "incorrect",
+                },
+                _ns(ended),
+            )
+        if failed:
+            span.set_status(self._trace.StatusCode.ERROR, "unit_failed")
+        span.end(_ns(ended))
+
+
+def _fallback_kind(reason: str) -> str:
+    """A fallback reason's low-cardinality kind: ``timeout: the debate ...`` -> ``timeout``."""
+    return reason.partition(":")[0].strip().replace(" ", "_") or "fallback"
+
+
+def install_from_env(environ: Mapping[str, str] | None = None) -> Callable[[], None] | None:
+    """Set the global tracer provider from OpenTelemetry's environment variables (the CLI's start).
+
+    With ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` set and the
+    extra installed: an SDK provider with a batch processor and the OTLP/HTTP exporter, the
+    service named by ``OTEL_SERVICE_NAME`` (default ``moot``); the exporter reads its endpoint,
+    headers and timeout from the same variables. Returns the function that flushes and shuts it
+    down (call it before exit), or None when nothing was installed: no variable, a provider
+    already set, or the extra missing (then one ``moot: warning:`` line says so).
+    """
+    env = os.environ if environ is None else environ
+    if not (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+        return None
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        print(
+            "moot: warning: OTEL_EXPORTER_OTLP_ENDPOINT is set but tracing needs the otel extra: "
+            "pip install 'moot[otel]' (this run is not traced)",
+            file=sys.stderr,
+        )
+        return None
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return None  # the application set its own provider: leave it alone
+    service = env.get("OTEL_SERVICE_NAME") or "moot"
+    provider = TracerProvider(resource=Resource.create({"service.name": service}), shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    _OneWarning.install()
+    return provider.shutdown
+
+
+class _OneWarning(logging.Handler):
+    """The exporter's complaints (an endpoint that cannot be reached...) as one ``moot: warning:`` line.
+
+    The OTLP exporter logs every failed attempt and retry; a run that cannot export its spans
+    says so once, then goes on (export runs on the SDK's thread, bounded by the exporter's timeout).
+    """
+
+    _installed = False
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.said:
+            return
+        self.said = True
+        first = record.getMessage().splitlines()[0][:300] if record.getMessage() else record.levelname
+        print(f"moot: warning: cannot export traces ({first})", file=sys.stderr)
+
+    @classmethod
+    def install(cls) -> None:
+        if cls._installed:
+            return
+        cls._installed = True
+        handler = cls()
+        for name in ("opentelemetry.exporter", "opentelemetry.sdk.trace.export"):
+            log = logging.getLogger(name)
+            log.addHandler(handler)
+            log.propagate = False
