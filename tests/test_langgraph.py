@@ -666,3 +666,32 @@ def test_arbitration_node_needs_a_checkpointer_for_review() -> None:
     graph.add_edge("arbitration", END)
     with pytest.raises(UsageError, match="needs a checkpointer"):
         run_graph(graph.compile(), {"agent_reports": []})
+
+
+def test_a_recorded_node_run_names_its_langgraph_thread_and_the_state_names_the_run(tmp_path: Path) -> None:
+    from langgraph.checkpoint.memory import MemorySaver
+    from langgraph.graph import END, START, StateGraph
+
+    from moot.runs import RunStore
+
+    path = tmp_path / "runs.db"
+    graph = StateGraph(Pipeline)
+    node = debate_node(
+        Debate("answer", model=ScriptedModel(answer_script()), store=path),
+        topic_key="query",
+        answer_key="answer",
+    )
+    graph.add_node("debate", node)
+    graph.add_edge(START, "debate")
+    graph.add_edge("debate", END)
+    app = graph.compile(checkpointer=MemorySaver())
+    # the Agent Server puts its thread and run ids in the configurable, as here
+    config = {"configurable": {"thread_id": "thread-7", "run_id": "run-3"}}
+    out = run_graph_config(app, {"query": "Why is the sky blue?"}, config)
+    with RunStore(path) as store:
+        (record,) = store.list()
+        full = store.get(record.id)
+    assert (
+        full.config["langgraph"]["thread_id"] == "thread-7" and full.config["langgraph"]["run_id"] == "run-3"
+    )
+    assert full.result is not None and full.result["id"] == out["debate"]["id"]

@@ -43,11 +43,13 @@ import inspect
 import time
 import typing
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Required, TypedDict
 
 from .. import graph_stream as _lg_stream
+from .. import observe
 from ..engine import Debate, DebateRun, EventCallback
 from ..errors import MissingDependencyError, UsageError
 from ..human_review import ReviewMode, check_mode, require_checkpointer, run_once
@@ -97,6 +99,37 @@ def _listeners(on_event: EventCallback | None) -> EventCallback:
                 await out
 
     return listen
+
+
+def _langgraph_ids() -> dict[str, str]:
+    """The LangGraph thread and run this node runs in (empty outside a graph)."""
+    try:
+        from langgraph.config import get_config
+    except ImportError:
+        return {}
+    try:
+        config = get_config()
+    except RuntimeError:
+        return {}
+    conf, meta = config.get("configurable") or {}, config.get("metadata") or {}
+    ids = {
+        "thread_id": conf.get("thread_id") or meta.get("thread_id"),
+        "run_id": conf.get("run_id") or meta.get("run_id") or config.get("run_id"),
+        "graph_id": meta.get("graph_id") or conf.get("graph_id"),
+        "checkpoint_ns": conf.get("checkpoint_ns"),
+    }
+    return {k: str(v) for k, v in ids.items() if v}
+
+
+@contextmanager
+def _cross_reference() -> Iterator[None]:
+    """A run recorded inside (``store=``) gets the LangGraph thread and run ids in its config."""
+    ids = _langgraph_ids()
+    if not ids:
+        yield
+        return
+    with observe.annotate(config={"langgraph": ids}):
+        yield
 
 
 def _kept_because(result: DebateResult) -> str | None:
@@ -183,13 +216,14 @@ def debate_node(
             require_checkpointer(f"debate node {name}")
 
         async def run() -> dict[str, Any]:
-            result = await debate.run(
-                topic,
-                context=state.get(context_key),
-                initial_answer=None if initial is None else str(initial),
-                debate_mode=enabled,
-                on_event=listeners,
-            )
+            with _cross_reference():
+                result = await debate.run(
+                    topic,
+                    context=state.get(context_key),
+                    initial_answer=None if initial is None else str(initial),
+                    debate_mode=enabled,
+                    on_event=listeners,
+                )
             return result.model_dump(mode="json")
 
         if mode is None:
@@ -383,7 +417,8 @@ class _DebateNodes:
         if not enabled:
             info = {"skipped": True, "started_at": run.result.timings.started_at, "deadline_s": None}
             return {**fresh, "run": info, "round": 0, "concluded": True}
-        await run.begin()
+        with _cross_reference():
+            await run.begin()
         info = {"skipped": False, "started_at": time.time(), "deadline_s": run.result.timings.deadline_s}
         return {**fresh, "run": info, "round": 1, "concluded": False, "stopped_early": False}
 
