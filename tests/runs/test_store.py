@@ -354,8 +354,16 @@ def test_search_finds_words_inside_turns_items_and_titles_and_forgets_deleted_ru
     assert store.list(search="speaker") == []  # JSON keys are not text
     store.update(b, title="arithmetic · single, vote:3 · n=6")
     assert [r.id for r in store.list(search="vote")] == [b]
+    store.append_event(b, 1, "bench_started", json.dumps({"total": 6}))  # no text: an empty row
+    # Every search row has its run: 2 titles, 1 new title, 2 events, 1 item.
+    joined = (
+        "SELECT COUNT(*) FROM search JOIN search_docs d ON d.doc = search.rowid AND d.run_id = search.run_id"
+    )
+    assert store._execute(joined).fetchone()[0] == 6
+    assert store._execute("SELECT COUNT(*) FROM search").fetchone()[0] == 6
     store.delete(a)
     assert store._execute("SELECT COUNT(*) FROM search WHERE run_id = ?", (a,)).fetchone()[0] == 0
+    assert store._execute("SELECT COUNT(*) FROM search_docs WHERE run_id = ?", (a,)).fetchone()[0] == 0
 
 
 def test_paging_with_a_total(tmp_path: Path) -> None:

@@ -128,6 +128,7 @@ class RunStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._search: bool | None = None
+        self._found: tuple[tuple[Any, ...], str] | None = None
         try:
             self._db = sqlite3.connect(
                 str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
@@ -479,18 +480,32 @@ class RunStore:
             params.append(model.lower())
         words = _WORD.findall((search or "").lower())
         if words and self._has_search():
-            # Every word (as a word prefix) somewhere in the run: its title, an event or an item.
-            match = " INTERSECT ".join(["SELECT run_id FROM search WHERE search MATCH ?"] * len(words))
-            where.append(f"id IN ({match})")
-            params.extend(f'body : "{w}"*' for w in words)
+            where.append("id IN (SELECT value FROM json_each(?))")
+            params.append(self._matching(tuple(words)))
         elif words:  # a store read as it is, without the index: titles only
             where.extend(["instr(lower(title), ?) > 0"] * len(words))
             params.extend(words)
         return (" WHERE " + " AND ".join(where)) if where else "", params
 
+    def _matching(self, words: tuple[str, ...]) -> str:
+        """The ids of the runs holding every word (as a word or a word's start), as a JSON array.
+
+        A page asks twice (its rows, then the total): the last answer is kept until the file changes.
+        """
+        with self._lock:
+            key = (words, self._db.execute("PRAGMA data_version").fetchone()[0], self._db.total_changes)
+        if self._found is not None and self._found[0] == key:
+            return self._found[1]
+        one = "SELECT d.run_id FROM search JOIN search_docs d ON d.doc = search.rowid WHERE search MATCH ?"
+        sql = " INTERSECT ".join([one] * len(words))
+        rows = self._execute(sql, [f'body : "{w}"*' for w in words]).fetchall()
+        found = json.dumps([r for (r,) in rows])
+        self._found = (key, found)
+        return found
+
     def _has_search(self) -> bool:
         if self._search is None:
-            row = self._execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search'")
+            row = self._execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search_docs'")
             self._search = row.fetchone() is not None
         return self._search
 
