@@ -109,6 +109,13 @@ def _make_handler(latency: float) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
+            if self.path.endswith("/v1/traces"):  # an OTLP/HTTP sink for --trace: taken, dropped
+                self.rfile.read(length)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             body = json.loads(self.rfile.read(length) or b"{}")
             time.sleep(latency)
             messages = body.get("messages") or [{"content": ""}]
@@ -351,12 +358,14 @@ async def _langgraph_run(base_url: str, items: int, concurrency: int) -> dict[st
     }
 
 
-async def _harness_run(model: Any, items: int, concurrency: int, out: Path) -> dict[str, Any]:
+async def _harness_run(
+    model: Any, items: int, concurrency: int, out: Path, method: str = "society:3:2"
+) -> dict[str, Any]:
     from moot.bench.runner import BenchConfig, run_bench
 
     config = BenchConfig(
         task="arithmetic",
-        methods=["society:3:2"],
+        methods=[method],
         n=items,
         concurrency=concurrency,
         max_tokens=64,
@@ -364,7 +373,9 @@ async def _harness_run(model: Any, items: int, concurrency: int, out: Path) -> d
     )
     cpu0, t0 = time.process_time(), time.perf_counter()
     run = await run_bench(config, model=model, out=out)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    wall = time.perf_counter() - t0
+    _flush_traces()  # exporting the run's spans is part of its client CPU
+    cpu = time.process_time() - cpu0
     if hasattr(model, "aclose"):
         await model.aclose()
     calls = sum(r.calls for r in run.records)
@@ -383,6 +394,51 @@ CLIENTS = ("inproc", "raw", "openai", "openai-n", "openai-sdk", "openai-sdk-aioh
 _STACKS = {"openai": "lean", "openai-n": "lean", "openai-sdk": "sdk", "openai-sdk-aiohttp": "sdk-aiohttp"}
 
 
+# --------------------------------------------------------------------------- --trace
+_TRACE_PROVIDER: Any = None
+
+
+def _install_tracing(sink: str) -> None:
+    """An SDK provider exporting over OTLP/HTTP to ``sink`` (batch processor), as ``moot`` installs it."""
+    global _TRACE_PROVIDER
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=sink)))
+    trace.set_tracer_provider(provider)
+    _TRACE_PROVIDER = provider
+
+
+def _tracing(on: bool) -> None:
+    """Trace the next runs (the trace observer attached to every run) or not."""
+    from moot import observe
+    from moot.app.tracing import trace_observer
+
+    if on:
+        observe.register("trace", trace_observer)
+    else:
+        observe.unregister("trace")
+
+
+def _flush_traces() -> None:
+    if _TRACE_PROVIDER is not None:
+        _TRACE_PROVIDER.force_flush()
+
+
+def _critical_calls(method: str) -> int:
+    """Sequential model calls on one item's critical path: rounds for society:A:R, stages for a preset."""
+    if method.startswith("society:"):
+        return int(method.split(":")[2])
+    from moot import load_protocol
+
+    p = load_protocol(method)
+    per_round = len(p.stages()) + (1 if p.moderator else 0)
+    return per_round * p.rounds + (1 if p.judge else 0)
+
+
 def _run_client(
     client: str, latency: float, base_url: str, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
@@ -394,20 +450,34 @@ def _run_client(
         model = _raw_model(base_url)
     else:
         model = _openai_model(base_url, args.concurrency * 3, _STACKS[client], client == "openai-n")
-    return asyncio.run(_harness_run(model, args.items, args.concurrency, tmp))
+    return asyncio.run(_harness_run(model, args.items, args.concurrency, tmp, args.method))
 
 
 def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     clients = list(CLIENTS) if args.client == "all" else args.client.split(",")
+    modes = args.trace.split(",")
+    with contextlib.ExitStack() as stack:
+        if "on" in modes:
+            sink = stack.enter_context(FakeServer(0.0, args.server_timeout))
+            _install_tracing(sink.removesuffix("/v1") + "/v1/traces")
+        return _http_rows(args, clients, modes, rows)
+
+
+def _http_rows(
+    args: argparse.Namespace, clients: list[str], modes: list[str], rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     for latency in (float(x) for x in str(args.latency).split(",")):
-        ideal = args.concurrency / (2 * latency)
-        for client in clients:
+        ideal = args.concurrency / (_critical_calls(args.method) * latency)
+        for client, trace in ((c, t) for c in clients for t in modes):
+            _tracing(trace == "on")
             with FakeServer(latency, args.server_timeout) as base_url, tempfile.TemporaryDirectory() as tmp:
                 result = _run_client(client, latency, base_url, args, Path(tmp))
             items_per_s = result["items"] / result["wall_s"]
             row = {
                 "client": client,
+                "method": args.method,
+                "trace": trace,
                 "latency_s": latency,
                 "concurrency": args.concurrency,
                 "ideal_items_per_s": ideal,
@@ -418,7 +488,7 @@ def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
             }
             rows.append(row)
             print(
-                f"[http] client={client:18s} latency={latency:.3f}s items={result['items']} "
+                f"[http] client={client:18s} trace={trace:3s} latency={latency:.3f}s items={result['items']} "
                 f"failures={result['failures']} accuracy={result['accuracy']:.3f} "
                 f"wall={result['wall_s']:.2f}s "
                 f"items/s={items_per_s:.1f} ideal={ideal:.1f} ratio={items_per_s / ideal:.3f} "
@@ -445,6 +515,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--server-timeout", type=float, default=600, help="the server stops itself after this"
+    )
+    parser.add_argument(
+        "--method", default="society:3:2", help="the bench method each item runs (a preset: `answer`...)"
+    )
+    parser.add_argument(
+        "--trace",
+        default="off",
+        help="off, on, or off,on (interleaved): on exports every run's OpenTelemetry spans over "
+        "OTLP/HTTP (batch processor) to a sink in the fake server's process; needs moot[otel]",
     )
     parser.add_argument("--no-http", action="store_true")
     parser.add_argument("--no-local", action="store_true")

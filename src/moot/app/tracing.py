@@ -304,9 +304,10 @@ class DebateTracer:
             attributes=attrs,
             start_time=_ns(run.started),
         )
-        context = trace.set_span_in_context(root, run.parent)
-        for turn in run.done:
-            self._agent_span(turn, context, root)
+        if root.is_recording():  # a sampler that dropped the run drops its children: skip making them
+            context = trace.set_span_in_context(root, run.parent)
+            for turn in run.done:
+                self._agent_span(turn, context, root)
         if error:
             root.set_status(trace.StatusCode.ERROR, error)
         root.end(_ns(max(ended, run.started)))
