@@ -533,6 +533,7 @@ def arbitration_node(
     source_authority: Sequence[str] = SOURCE_AUTHORITY,
     timeout_s: float | None = DEFAULT_TIMEOUT,
     concurrency: int = 4,
+    store: Any = None,
 ) -> Callable[[Any], Awaitable[dict[str, Any]]]:
     """Seed 004's debate node for a LangGraph graph: arbitrate the reports in the state.
 
@@ -548,12 +549,15 @@ def arbitration_node(
     arbitration runs as a LangGraph task, so resuming does not call the arbitrator again. Needs
     a checkpointer.
 
+    Each arbitration is recorded as one ``arbitrate`` run when given ``store=`` (a path, an open
+    ``RunStore``, True for the default store) or a ``debate`` with a store.
+
     Raises:
         UsageError: an unknown ``human_review``; (when the node runs) ``human_review`` without a
             checkpointer.
     """
     mode = check_mode(human_review)
-    arbiter = debate or Debate("arbitration", model=model)
+    arbiter = debate or Debate("arbitration", model=model, store=store)
 
     def progress(stage: str, status: str, data: Any = None, latency_ms: float | None = None) -> None:
         graph_stream.write(

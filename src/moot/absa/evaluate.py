@@ -26,8 +26,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..deadline import Deadline
-from ..models import resolve_model
-from ..models.base import Model
+from ..models import default_model_spec, resolve_model
+from ..models.base import Model, Usage
+from ..observe import PipelineEvent, RunStart, observed
 from .config import AbsaConfig
 from .dataset import GoldAspect, GoldItem, load_dataset
 from .metrics import BatchMetrics, compute_metrics
@@ -136,8 +137,13 @@ async def evaluate(
     concurrency: int = 1,
     on_result: Callable[[str, int, FinalResult], None] | None = None,
     timeout_s: float | None = None,
+    store: Any = None,
 ) -> dict[str, EvalScores]:
     """Run every config over ``items`` and score each.
+
+    The evaluation is one run (kind ``absa-eval``) for its observers (:mod:`moot.observe`): each
+    prediction is a ``unit_completed`` event (``unit`` = gold id, ``part`` = config name, ``data``
+    = gold and result); the result is the scores by config, the score the best F1.
 
     Args:
         items: the labelled sentences.
@@ -148,11 +154,56 @@ async def evaluate(
         timeout_s: seconds for the whole evaluation. At the deadline every sentence not yet
             finished (in this and later configs) gets a failed result with a ``deadline``
             error, is scored wrong and is passed to ``on_result`` like any other.
+        store: record the evaluation in a run store: a store file, an open
+            :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` / ``./.moot/runs.db``, or None
+            (the default) for nothing.
 
     Returns:
         Scores by config name, in ``configs`` order.
     """
     mdl = resolve_model(model)
+    spec = model if model is None or isinstance(model, str) else model.name
+    recorded = {
+        "model": spec,
+        "concurrency": concurrency,
+        "configs": {name: c.model_dump(mode="json") for name, c in configs.items()},
+    }
+    start = RunStart(
+        kind="absa-eval", title=f"{len(items)} sentences", model=spec or default_model_spec(), config=recorded
+    )
+    with observed(start, store=store) as run:
+
+        def unit(name: str, i: int, res: FinalResult) -> None:
+            gold = items[i]
+            data = {"gold": gold.model_dump(mode="json"), "result": res.model_dump(mode="json")}
+            unscored = res.failed or gold.label is None  # no gold label: nothing to be right about
+            correct = None if unscored else res.label == gold.label
+            run.emit(
+                PipelineEvent(kind="unit_completed", unit=gold.id, part=name, correct=correct, data=data)
+            )
+            if on_result is not None:
+                on_result(name, i, res)
+
+        scores = await _evaluate(items, configs, mdl, concurrency, unit, timeout_s)
+        run.end(
+            "complete",
+            {name: s.model_dump(mode="json") for name, s in scores.items()},
+            usage=Usage(calls=sum(s.calls for s in scores.values())),
+            summary={name: s.f1 for name, s in scores.items()},
+            score=max((s.f1 for s in scores.values()), default=None),
+        )
+    return scores
+
+
+async def _evaluate(
+    items: Sequence[GoldItem],
+    configs: dict[str, AbsaConfig],
+    mdl: Model,
+    concurrency: int,
+    on_result: Callable[[str, int, FinalResult], None],
+    timeout_s: float | None,
+) -> dict[str, EvalScores]:
+    """:func:`evaluate` inside its observed run."""
     out: dict[str, EvalScores] = {}
     sentences = [it.sentence for it in items]
     deadline = Deadline.within(timeout_s)  # one deadline for every config
@@ -161,8 +212,7 @@ async def evaluate(
 
         def cb(i: int, res: FinalResult, _name: str = name, _done: dict[int, FinalResult] = done) -> None:
             _done[i] = res
-            if on_result is not None:
-                on_result(_name, i, res)
+            on_result(_name, i, res)
 
         await run_absa_batch(
             sentences, model=mdl, config=cfg, concurrency=concurrency, on_result=cb, deadline=deadline

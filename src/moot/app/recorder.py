@@ -117,6 +117,8 @@ class StoreRecorder:
             argv=start.argv,
             continue_run=start.continues,
         )
+        if start.continues is not None and start.title:
+            self.recording.update(title=start.title)  # a resume may have added methods or items
         key = id(self.store)
         with _lock:
             _in_flight[key] = _in_flight.get(key, 0) + 1

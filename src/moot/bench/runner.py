@@ -50,8 +50,9 @@ from pydantic import BaseModel, Field
 
 from .. import redact
 from ..errors import RunError, UsageError
-from ..models.base import Model
+from ..models.base import Model, Usage
 from ..models.retry import RetryPolicy
+from ..observe import PipelineEvent, RunHandle, RunStart, observed
 from ..protocol import MAX_TOKENS_PER_CALL
 from .methods import MethodContext, MethodSpec, matched_vote, parse_method, run_method
 from .records import ItemRecord
@@ -65,9 +66,11 @@ __all__ = [
     "BenchRun",
     "RunObserver",
     "UnitRunner",
+    "bench_title",
     "expand_methods",
     "load_records",
     "run_bench",
+    "run_outcome",
 ]
 
 MAX_ITEMS = 100_000
@@ -184,6 +187,9 @@ class UnitRunner(Protocol):
     async def run_unit(self, spec: MethodSpec, item: Item) -> ItemRecord:
         """Run one unit, as :func:`~moot.bench.methods.run_method` (raising ``RunError`` the same)."""
 
+    def counts(self) -> list[dict[str, Any]]:
+        """Per-worker counts so far (kept in the run's summary)."""
+
 
 @dataclass
 class BenchRun:
@@ -275,6 +281,60 @@ def _out_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def bench_title(config: BenchConfig) -> str:
+    """A bench run's title in lists: task, methods and sample size (``arithmetic · single, vote:3 · n=6``)."""
+    n = "all" if config.n is None else str(config.n)
+    return f"{config.task} · {', '.join(config.methods)} · n={n}"
+
+
+def run_outcome(run: BenchRun) -> dict[str, Any]:
+    """How a bench run ends for its observers: ``status``, ``usage``, ``summary``, ``score``, ``error``.
+
+    ``complete`` when every unit has a record, else ``failed`` (resume to finish it).
+    """
+    from .summary import summarize
+
+    by_method: dict[str, list[ItemRecord]] = {s.name: [] for s in run.specs}
+    for r in run.records:
+        by_method.setdefault(r.method, []).append(r)
+    accuracy = {name: summarize(name, recs).accuracy for name, recs in by_method.items() if recs}
+    usage = Usage(
+        calls=sum(r.calls for r in run.records),
+        prompt_tokens=sum(r.prompt_tokens for r in run.records),
+        completion_tokens=sum(r.completion_tokens for r in run.records),
+    )
+    expected = len(run.items) * len(run.specs)
+    summary: dict[str, Any] = {
+        "accuracy": accuracy,
+        "items": len(run.items),
+        "methods": [s.name for s in run.specs],
+        "units": len(run.records),
+        "expected_units": expected,
+        "failures": len(run.failures),
+        "model_name": run.model_name,
+    }
+    if run.workers:  # units run on Ray workers: how many each did, and which died
+        summary["workers"] = run.workers
+    missing = expected - len(run.records)
+    return {
+        "status": "complete" if run.complete else "failed",
+        "usage": usage,
+        "summary": summary,
+        "score": max((a for a in accuracy.values() if a is not None), default=None),
+        "error": None if run.complete else f"{missing} item/method units missing; resume to finish them",
+    }
+
+
+def _unit_event(record: ItemRecord) -> PipelineEvent:
+    return PipelineEvent(
+        kind="unit_completed",
+        unit=record.item_id,
+        part=record.method,
+        correct=record.correct,
+        data=record.model_dump(mode="json"),
+    )
+
+
 def _select(records: list[ItemRecord], items: list[Item], specs: list[MethodSpec]) -> list[ItemRecord]:
     by_key = {(r.item_id, r.method): r for r in records}
     return [by_key[(i.id, s.name)] for i in items for s in specs if (i.id, s.name) in by_key]
@@ -293,8 +353,15 @@ async def run_bench(
     unit_retries: int = 2,
     retry_pause: float = 2.0,
     units: UnitRunner | None = None,
+    store: Any = None,
+    continues: str | None = None,
 ) -> BenchRun:
     """Run (or continue) a benchmark and return every record of its items and methods.
+
+    The benchmark is one run (kind ``bench``) for its observers (:mod:`moot.observe`), started
+    once ``out`` is checked and locked (a refused run is no run): ``bench_started``, each unit's
+    record as ``unit_completed`` (resumed ones too) and each failure as ``unit_failed``; it ends
+    ``complete``, or ``failed`` with the units missing (see :func:`run_outcome`).
 
     Args:
         config: what to run.
@@ -310,6 +377,10 @@ async def run_bench(
         retry_pause: seconds before the first retry pass (doubled, tripled... for later ones).
         units: run the units there instead of with ``model`` here (then ``model`` is not used
             and ``units.slots`` units are in flight).
+        store: record the benchmark in a run store: a store file, an open
+            :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` / ``./.moot/runs.db``, or None
+            (the default) for nothing.
+        continues: the id of the stored run this one continues (``moot bench --resume``).
 
     Raises:
         UsageError: bad task or methods, results in ``out`` without ``resume``, a resume with a
@@ -329,96 +400,135 @@ async def run_bench(
     except OSError as err:  # a file where the directory should be, no permission...
         raise UsageError(f"cannot use --out {out}: {err.strerror or err}") from None
     with _out_lock(out):  # held until the last line is written
-        model_name = units.model_name if units is not None else model.name if model is not None else ""
-        meta = config.model_dump(mode="json") | {
-            "expanded_methods": [s.name for s in specs],
-            "model_name": model_name,
-        }
-        # No credential in the file: a key in the model's URL is masked (a resume asks for --model again).
-        (out / RUN_FILE).write_text(redact.text(json.dumps(meta, indent=2)) + "\n", encoding="utf-8")
-
-        results = out / RESULTS_FILE
-        previous = load_records(results, repair=True) if resume else []
-        done = {(r.item_id, r.method) for r in previous}
-        wanted = {(i.id, s.name) for i in items for s in specs}
-        run = BenchRun(
-            config=config,
-            specs=specs,
-            items=items,
-            resumed=len(done & wanted),
-            model_name=model_name,
-            data_notes=task.data_notes,
+        recorded = config.model_dump(mode="json") | {"out": str(out.resolve())}
+        start = RunStart(
+            kind="bench", title=bench_title(config), model=config.model, config=recorded, continues=continues
         )
-        pending = [(i, s) for i in items for s in specs if (i.id, s.name) not in done]
-        observer.started(len(wanted), run.resumed)
-        if units is not None:
-            execute, width = units.run_unit, units.slots
-        else:
-            assert model is not None
-            ctx = MethodContext(
-                model=model,
-                task=task,
-                seed=config.seed,
-                temperature=config.temperature,
-                max_tokens=config.max_tokens,
-                policy=policy or RetryPolicy(),
-            )
+        with observed(start, store=store) as handle:
+            run = await _run(
+                config, model, out, resume, task, observer, policy, timeout,
+                unit_retries, retry_pause, units, specs, items, handle,
+            )  # fmt: skip
+            if units is not None and not run.workers:
+                run.workers = units.counts()
+            handle.end(result=None, **run_outcome(run))
+    run.wall_s = time.perf_counter() - started
+    return run
 
-            async def execute(spec: MethodSpec, item: Item) -> ItemRecord:
-                return await run_method(spec, item, ctx)
 
-            width = config.concurrency
-        fresh: list[ItemRecord] = []
-        streak = 0  # failures in a row: a dead endpoint fails every unit, transient faults do not
+async def _run(
+    config: BenchConfig,
+    model: Model | None,
+    out: Path,
+    resume: bool,
+    task: Task,
+    observer: RunObserver,
+    policy: RetryPolicy | None,
+    timeout: float | None,
+    unit_retries: int,
+    retry_pause: float,
+    units: UnitRunner | None,
+    specs: list[MethodSpec],
+    items: list[Item],
+    handle: RunHandle,
+) -> BenchRun:
+    """:func:`run_bench` inside its observed run, ``out`` locked."""
+    model_name = units.model_name if units is not None else model.name if model is not None else ""
+    meta = config.model_dump(mode="json") | {
+        "expanded_methods": [s.name for s in specs],
+        "model_name": model_name,
+    }
+    # No credential in the file: a key in the model's URL is masked (a resume asks for --model again).
+    (out / RUN_FILE).write_text(redact.text(json.dumps(meta, indent=2)) + "\n", encoding="utf-8")
 
-        async def one_pass(
-            queue: deque[tuple[Item, MethodSpec]], fh: TextIO
-        ) -> list[tuple[Item, MethodSpec, str]]:
-            failed: list[tuple[Item, MethodSpec, str]] = []
+    results = out / RESULTS_FILE
+    previous = load_records(results, repair=True) if resume else []
+    done = {(r.item_id, r.method) for r in previous}
+    wanted = {(i.id, s.name) for i in items for s in specs}
+    run = BenchRun(
+        config=config,
+        specs=specs,
+        items=items,
+        resumed=len(done & wanted),
+        model_name=model_name,
+        data_notes=task.data_notes,
+    )
+    pending = [(i, s) for i in items for s in specs if (i.id, s.name) not in done]
+    handle.emit(PipelineEvent(kind="bench_started", data={"total": len(wanted), "done": run.resumed}))
+    for record in previous:  # the resumed units are this run's too
+        if (record.item_id, record.method) in wanted:
+            handle.emit(_unit_event(record))
+    observer.started(len(wanted), run.resumed)
+    if units is not None:
+        execute, width = units.run_unit, units.slots
+    else:
+        assert model is not None
+        ctx = MethodContext(
+            model=model,
+            task=task,
+            seed=config.seed,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            policy=policy or RetryPolicy(),
+        )
 
-            async def worker() -> None:
-                nonlocal streak
-                while queue and not run.stopped:
-                    item, spec = queue.popleft()
-                    try:
-                        record = await execute(spec, item)
-                    except RunError as err:
-                        message = f"{type(err).__name__}: {err}"
-                        failed.append((item, spec, message))
-                        observer.failed_unit(item.id, spec.name, message)
-                        streak += 1
-                        if streak >= config.max_errors:
-                            run.stopped = True
-                        continue
-                    streak = 0
-                    fh.write(record.model_dump_json() + "\n")
-                    fh.flush()
-                    fresh.append(record)
-                    observer.finished_unit(record)
+        async def execute(spec: MethodSpec, item: Item) -> ItemRecord:
+            return await run_method(spec, item, ctx)
 
-            try:
-                async with asyncio.TaskGroup() as group:
-                    for _ in range(min(width, max(1, len(queue)))):
-                        group.create_task(worker())
-            except BaseExceptionGroup as group_error:  # a usage error or a bug: stop, and say which
-                raise group_error.exceptions[0] from None
-            return failed
+        width = config.concurrency
+    fresh: list[ItemRecord] = []
+    streak = 0  # failures in a row: a dead endpoint fails every unit, transient faults do not
 
-        with results.open("a", encoding="utf-8") as fh:
-            try:
-                async with asyncio.timeout(timeout):
-                    for attempt in range(1 + unit_retries):
-                        failed = await one_pass(deque(pending), fh)
-                        run.failures = [(i.id, s.name, message) for i, s, message in failed]
-                        if not failed or run.stopped or attempt == unit_retries:
-                            break
-                        # Transient faults (a restart, a rate limit) often clear within seconds.
-                        await asyncio.sleep(retry_pause * (attempt + 1))
-                        run.retried += len(failed)
-                        pending = [(i, s) for i, s, _ in failed]
-            except TimeoutError:
-                run.timed_out = True
+    async def one_pass(
+        queue: deque[tuple[Item, MethodSpec]], fh: TextIO
+    ) -> list[tuple[Item, MethodSpec, str]]:
+        failed: list[tuple[Item, MethodSpec, str]] = []
 
-        run.records = _select(previous + fresh, items, specs)
-        run.wall_s = time.perf_counter() - started
-        return run
+        async def worker() -> None:
+            nonlocal streak
+            while queue and not run.stopped:
+                item, spec = queue.popleft()
+                try:
+                    record = await execute(spec, item)
+                except RunError as err:
+                    message = f"{type(err).__name__}: {err}"
+                    failed.append((item, spec, message))
+                    event = {"item_id": item.id, "method": spec.name, "error": message}
+                    handle.emit(PipelineEvent(kind="unit_failed", data=event))
+                    observer.failed_unit(item.id, spec.name, message)
+                    streak += 1
+                    if streak >= config.max_errors:
+                        run.stopped = True
+                    continue
+                streak = 0
+                fh.write(record.model_dump_json() + "\n")
+                fh.flush()
+                fresh.append(record)
+                handle.emit(_unit_event(record))
+                observer.finished_unit(record)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(min(width, max(1, len(queue)))):
+                    group.create_task(worker())
+        except BaseExceptionGroup as group_error:  # a usage error or a bug: stop, and say which
+            raise group_error.exceptions[0] from None
+        return failed
+
+    with results.open("a", encoding="utf-8") as fh:
+        try:
+            async with asyncio.timeout(timeout):
+                for attempt in range(1 + unit_retries):
+                    failed = await one_pass(deque(pending), fh)
+                    run.failures = [(i.id, s.name, message) for i, s, message in failed]
+                    if not failed or run.stopped or attempt == unit_retries:
+                        break
+                    # Transient faults (a restart, a rate limit) often clear within seconds.
+                    await asyncio.sleep(retry_pause * (attempt + 1))
+                    run.retried += len(failed)
+                    pending = [(i, s) for i, s, _ in failed]
+        except TimeoutError:
+            run.timed_out = True
+
+    run.records = _select(previous + fresh, items, specs)
+    return run

@@ -14,28 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import redact
-from ..bench.records import ItemRecord
-from ..bench.runner import RUN_FILE, BenchConfig, BenchRun, RunObserver
-from ..bench.summary import summarize
+from ..bench.runner import RUN_FILE, BenchConfig
 from ..errors import UsageError
-from ..models.base import Usage
-from ..runs import Recording, RunStore
+from ..runs import RunStore
 
 __all__ = [
     "RECORDED_OPTIONS",
-    "RecordingObserver",
     "Resumed",
-    "bench_title",
-    "finish_bench",
     "find_resume",
     "merge_resume",
 ]
-
-
-def bench_title(config: BenchConfig) -> str:
-    """A bench run's title in lists: task, methods and sample size (``arithmetic · single, vote:3 · n=6``)."""
-    n = "all" if config.n is None else str(config.n)
-    return f"{config.task} · {', '.join(config.methods)} · n={n}"
 
 
 RECORDED_OPTIONS = {
@@ -131,65 +119,3 @@ def merge_resume(resumed: Resumed, given: dict[str, Any]) -> dict[str, Any]:
             "give --model again with it"
         )
     return cfg
-
-
-class RecordingObserver(RunObserver):
-    """Passes progress to ``inner`` and lands every unit in the store as it finishes."""
-
-    def __init__(self, inner: RunObserver, rec: Recording) -> None:
-        self.inner = inner
-        self.rec = rec
-
-    def started(self, total: int, done: int) -> None:
-        """Record the unit count."""
-        self.rec.event("bench_started", {"total": total, "done": done})
-        self.inner.started(total, done)
-
-    def finished_unit(self, record: ItemRecord) -> None:
-        """Store the unit."""
-        self.rec.item(record.item_id, record, part=record.method, correct=record.correct)
-        self.inner.finished_unit(record)
-
-    def failed_unit(self, item_id: str, method: str, error: str) -> None:
-        """Record the failure as an event (the unit is retried by a resume)."""
-        self.rec.event("unit_failed", {"item_id": item_id, "method": method, "error": error})
-        self.inner.failed_unit(item_id, method, error)
-
-
-def finish_bench(rec: Recording, run: BenchRun) -> None:
-    """Store units read back from an earlier run, the per-method summary and the end status."""
-    if rec.store is not None and rec.run_id is not None:
-        have = rec.store.item_keys(rec.run_id)
-        for r in run.records:
-            if (r.item_id, r.method) not in have:
-                rec.item(r.item_id, r, part=r.method, correct=r.correct)
-    by_method: dict[str, list[ItemRecord]] = {s.name: [] for s in run.specs}
-    for r in run.records:
-        by_method.setdefault(r.method, []).append(r)
-    accuracy = {name: summarize(name, recs).accuracy for name, recs in by_method.items() if recs}
-    usage = Usage(
-        calls=sum(r.calls for r in run.records),
-        prompt_tokens=sum(r.prompt_tokens for r in run.records),
-        completion_tokens=sum(r.completion_tokens for r in run.records),
-    )
-    expected = len(run.items) * len(run.specs)
-    summary = {
-        "accuracy": accuracy,
-        "items": len(run.items),
-        "methods": [s.name for s in run.specs],
-        "units": len(run.records),
-        "expected_units": expected,
-        "failures": len(run.failures),
-        "model_name": run.model_name,
-    }
-    if run.workers:  # units run on Ray workers: how many each did, and which died
-        summary["workers"] = run.workers
-    missing = expected - len(run.records)
-    rec.update(title=bench_title(run.config))  # a resume may have added methods or items
-    rec.finish(
-        status="complete" if run.complete else "failed",
-        usage=usage,
-        summary=summary,
-        score=max(accuracy.values(), default=None),
-        error=None if run.complete else f"{missing} item/method units missing; resume to finish them",
-    )

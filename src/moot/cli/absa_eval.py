@@ -20,7 +20,6 @@ from rich.markup import escape
 
 from ..absa import (
     FinalResult,
-    GoldItem,
     ablations,
     evaluate,
     format_report,
@@ -30,9 +29,10 @@ from ..absa import (
 from ..absa.config import AbsaConfig
 from ..absa.dataset import ConflictRule, Dataset, read_dataset
 from ..absa.evaluate import EvalScores, prediction
+from ..app import store_spec
 from ..errors import UsageError
-from ..models import Usage, default_model_spec, resolve_model, run_with_model
-from ..runs import Recording, recording
+from ..models import resolve_model, run_with_model
+from ..observe import annotate
 from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table, progress_bar
@@ -51,21 +51,6 @@ __all__ = ["BUILTIN_DATA", "absa_eval_cmd", "register"]
 def register(app: typer.Typer) -> None:
     """Add ``absa-eval`` to ``app``."""
     app.command("absa-eval")(absa_eval_cmd)
-
-
-def _eval_recorder(
-    rec: Recording, items: list[GoldItem], advance: Callable[[str], None]
-) -> Callable[[str, int, FinalResult], None]:
-    """``absa-eval``'s per-result callback: store the sentence (with its gold item), then advance."""
-
-    def done(name: str, i: int, res: FinalResult) -> None:
-        gold = items[i]
-        data = {"gold": gold.model_dump(mode="json"), "result": res.model_dump(mode="json")}
-        unscored = res.failed or gold.label is None  # no gold label: nothing to be right about
-        rec.item(gold.id, data, part=name, correct=None if unscored else res.label == gold.label)
-        advance(name)
-
-    return done
 
 
 def _eval_configs(base: AbsaConfig, names: str | None, with_ablations: bool) -> dict[str, AbsaConfig]:
@@ -248,24 +233,10 @@ def absa_eval_cmd(
     created = out is not None and not out.exists()
     predictions = _open_predictions(out)
     cut: list[tuple[str, int]] = []
-    recorded = {
-        "data": data,
-        "limit": limit,
-        "model": model,
-        "concurrency": concurrency,
-        "exclude_conflict": exclude_conflict,
-        "configs": {name: c.model_dump(mode="json") for name, c in configs.items()},
-    }
+    recorded = {"data": data, "limit": limit, "model": model, "exclude_conflict": exclude_conflict}
     try:
         with (
-            recording(
-                "absa-eval",
-                title=data,
-                model=model or default_model_spec(),
-                config=recorded,
-                store=store,
-                enabled=not no_store,
-            ) as rec,
+            annotate(title=data, config=recorded),  # evaluate(store=...) records the run
             _eval_progress(console, configs, len(items)) as advance,
         ):
 
@@ -276,13 +247,18 @@ def absa_eval_cmd(
                     line = prediction(name, items[i], res)
                     predictions.write(json.dumps(line, ensure_ascii=False) + "\n")
                     predictions.flush()
-                record(name, i, res)
+                advance(name)
 
-            record = _eval_recorder(rec, items, advance)
             scores = run_with_model(
                 backend,
                 lambda m: evaluate(
-                    items, configs, model=m, concurrency=concurrency, on_result=done, timeout_s=timeout
+                    items,
+                    configs,
+                    model=m,
+                    concurrency=concurrency,
+                    on_result=done,
+                    timeout_s=timeout,
+                    store=store_spec(store, enabled=not no_store),
                 ),
             )
             payload = {
@@ -297,12 +273,6 @@ def absa_eval_cmd(
                 }
                 for name, s in scores.items()
             }
-            rec.finish(
-                {name: s.model_dump(mode="json") for name, s in scores.items()},
-                usage=Usage(calls=sum(s.calls for s in scores.values())),
-                summary={name: p["f1"] for name, p in payload.items()},
-                score=max((p["f1"] for p in payload.values()), default=None),
-            )
     except BaseException:
         if predictions is not None and out is not None:
             predictions.close()

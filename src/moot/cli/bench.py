@@ -20,6 +20,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ..app.recorder import recorded_ids
 from ..bench.records import ItemRecord
 from ..bench.report import REPORT_FILE, RICH_TABLE_DROP, ensure_plotting, rich_table, write_report
 from ..bench.runner import (
@@ -37,14 +38,11 @@ from ..bench.tasks import make_task
 from ..errors import UsageError
 from ..models import run_with_model
 from ..protocol import MAX_TOKENS_PER_CALL
-from ..runs import open_store, recording
+from ..runs import open_store
 from . import _exit
 from ._bench_store import (
     RECORDED_OPTIONS,
-    RecordingObserver,
-    bench_title,
     find_resume,
-    finish_bench,
     merge_resume,
 )
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
@@ -282,20 +280,12 @@ def bench(
             TextColumn("eta"),
             TimeRemainingColumn(),
         )
-        recorded = config.model_dump(mode="json") | {"out": str(out_dir.resolve())}
+        continues = resumed.run_id if resumed is not None else None
         with (
-            recording(
-                "bench",
-                title=bench_title(config),
-                model=config.model,
-                config=recorded,
-                store=target,
-                enabled=target is not None,
-                continue_run=resumed.run_id if resumed is not None else None,
-            ) as rec,
+            recorded_ids() as ids,  # the run records itself (store=), once out is checked and locked
             Progress(*columns, console=console, transient=False) as progress,
         ):
-            observer = RecordingObserver(_ProgressObserver(progress, console), rec)
+            observer = _ProgressObserver(progress, console)
             # `timeout` and schedulers send SIGTERM: stop like Ctrl-C, with the resume hint.
             previous = signal.signal(signal.SIGTERM, _interrupt)
             try:
@@ -311,6 +301,8 @@ def bench(
                             observer=observer,
                             timeout=timeout,
                             model_concurrency=model_concurrency,
+                            store=target,
+                            continues=continues,
                         )
                     )
                 else:
@@ -324,17 +316,18 @@ def bench(
                             resume=resumed is not None,
                             observer=observer,
                             timeout=timeout,
+                            store=target,
+                            continues=continues,
                         ),
                     )
             except KeyboardInterrupt:
                 console.print(
                     f"interrupted: finished items are saved in {out_dir / RESULTS_FILE}; "
-                    f"continue with: moot bench --resume {rec.run_id[:8] if rec.run_id else out_dir}"
+                    f"continue with: moot bench --resume {ids[0][:8] if ids else out_dir}"
                 )
                 raise typer.Exit(_exit.INTERRUPTED) from None
             finally:
                 signal.signal(signal.SIGTERM, previous)
-            finish_bench(rec, run)
     report = write_report(run, out_dir, plots=not no_plots)
     print_table(make_console(), rich_table(report), drop=RICH_TABLE_DROP)
     console.print(f"report: {out_dir / REPORT_FILE}  results: {out_dir / RESULTS_FILE}")

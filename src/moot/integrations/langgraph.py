@@ -155,6 +155,7 @@ def debate_node(
     debate_mode_key: str | None = None,
     on_event: EventCallback | None = None,
     human_review: ReviewMode | None = None,
+    store: Any = None,
 ) -> NodeFunction:
     """A graph node that runs a whole debate on the state's topic and context.
 
@@ -186,12 +187,15 @@ def debate_node(
             result's ``human_review`` turn; an answer given replaces the final answer. The
             debate runs as a LangGraph task, so resuming does not run it again. Needs a
             checkpointer.
+        store: record each debate the node runs in a run store, as :class:`~moot.Debate`'s
+            ``store=`` does (a path, an open ``RunStore``, True for the default store); a Debate
+            passed in keeps its own.
 
     Returns:
         ``async def node(state) -> dict``, named ``debate_<protocol>``.
 
     Raises:
-        UsageError: ``model`` given together with a Debate, an unknown ``human_review``;
+        UsageError: ``model`` or ``store`` given together with a Debate, an unknown ``human_review``;
             (when the node runs) the topic is missing or empty, or ``human_review`` without
             a checkpointer.
         ConfigError: the protocol is invalid.
@@ -199,9 +203,11 @@ def debate_node(
     if isinstance(debate_or_protocol, Debate):
         if model is not None:
             raise UsageError("pass model= to the Debate, not to debate_node(), when giving a Debate")
+        if store is not None:
+            raise UsageError("pass store= to the Debate, not to debate_node(), when giving a Debate")
         debate = debate_or_protocol
     else:
-        debate = Debate(debate_or_protocol, model=model)
+        debate = Debate(debate_or_protocol, model=model, store=store)
     mode = check_mode(human_review)
     name = f"debate_{debate.protocol.name}".replace("-", "_")
     listeners = _listeners(on_event)
@@ -538,6 +544,7 @@ def build_debate_graph(
     on_event: EventCallback | None = None,
     checkpointer: Any = None,
     human_review: ReviewMode | None = None,
+    store: Any = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile a protocol into a LangGraph subgraph with one node per speaker (seed 002).
 
@@ -571,6 +578,8 @@ def build_debate_graph(
             node of a parent graph it uses the parent's).
         human_review: ``"split"`` or ``"always"``: a ``review`` node after ``finalize``
             pauses with ``interrupt()`` as :func:`debate_node` does. Needs a checkpointer.
+        store: record each run of the graph in a run store, as :class:`~moot.Debate`'s ``store=``
+            does: the run starts at ``setup`` and ends at ``finalize``.
 
     Returns:
         The compiled graph; run it with ``await graph.ainvoke({"topic": ...})``.
@@ -581,7 +590,7 @@ def build_debate_graph(
         UsageError: (when invoked) the topic is empty or a model spec cannot be resolved.
     """
     state_graph, start, end = _require_langgraph()
-    debate = Debate(protocol, model=model, role_models=role_models)
+    debate = Debate(protocol, model=model, role_models=role_models, store=store)
     p = debate.protocol
     stages, fixed = _node_names(p)
     mode = check_mode(human_review)

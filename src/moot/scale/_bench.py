@@ -72,6 +72,9 @@ class _PoolUnits:
         record: ItemRecord = await self.pool.run((spec, item))
         return record
 
+    def counts(self) -> list[dict[str, Any]]:
+        return self.pool.counts()
+
 
 ModelLike = str | Callable[[], Model] | None
 """A model spec, or a picklable function that builds the model on each worker."""
@@ -113,6 +116,8 @@ async def run_bench_ray(
     unit_retries: int = 2,
     retry_pause: float = 2.0,
     model_concurrency: int | None = None,
+    store: Any = None,
+    continues: str | None = None,
 ) -> BenchRun:
     """:func:`moot.bench.runner.run_bench` with the units on Ray workers (same arguments, plus these).
 
@@ -130,6 +135,8 @@ async def run_bench_ray(
         timeout: seconds this invocation may take, as for ``run_bench``.
         unit_retries: passes over failed units, as for ``run_bench``.
         retry_pause: seconds before the first retry pass, as for ``run_bench``.
+        store: record the benchmark, as ``run_bench`` does (this process records every unit).
+        continues: the stored run this one continues, as for ``run_bench``.
 
     Returns:
         The run; ``workers`` holds the per-worker counts.
@@ -151,6 +158,8 @@ async def run_bench_ray(
                 timeout=timeout,
                 unit_retries=unit_retries,
                 retry_pause=retry_pause,
+                store=store,
+                continues=continues,
             )
             run.workers = pool.counts()
     return run
