@@ -103,3 +103,17 @@ def test_viewer_compare_page_links_each_discordant_item_in_both_runs(runs: tuple
         assert f'href="/runs/{a}/items/{item}"' in page and f'href="/runs/{b}/items/{item}"' in page
     assert client.get(f"/runs/{b}/items/i8").status_code == 200  # the links lead to the transcripts
     assert '<tr class="differs"><th>model</th>' in page
+
+
+def test_settings_that_differ_and_item_by_item(runs: tuple[Path, str, str]) -> None:
+    path, a, b = runs
+    with RunStore(path) as store:
+        cmp = compare_runs(store, a, b)
+    assert isinstance(cmp, BenchComparison)
+    differ = {name: (x, y) for name, x, y in cmp.differ}
+    assert differ["model"] == ("m:a", "m:b") and differ["n"] == ("10", "12")
+    assert differ["methods"] == ("single, vote:3", "single, society:3:2")
+    assert "seed" not in differ and "task" not in differ and cmp.same >= 3
+    by_item = dict(cmp.items)
+    assert by_item["i5"]["single"] == (True, False) and by_item["i1"]["single"] == (True, None)
+    assert by_item["i12"]["society:3:2"] == (None, False)

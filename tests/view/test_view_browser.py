@@ -304,3 +304,19 @@ def test_a_bench_filter_narrows_the_items_and_lives_in_the_url(
     page.click("form.item-filters button[type=submit]")
     page.wait_for_url("**show=parse_failure**")
     assert 0 < page.locator(rows).count() < 6
+
+
+def test_compare_shows_the_settings_that_differ_and_two_debates_turn_by_turn(
+    filled: dict[str, str], page: Any, serve: Callable[[Path], str], shots: Path
+) -> None:
+    base = serve(Path(os.environ["MOOT_STORE"]))
+    page.goto(f"{base}/compare?a={filled['debate']}&b={filled['fallback']}")
+    differ = page.locator("table.settings-differ").inner_text()
+    assert "fill:x" in differ and "fillbad:x" in differ  # the model
+    assert "rounds" in differ  # --rounds 1 against the preset's 2
+    turns = page.locator("table.turns-ab")
+    assert "round 1 · critical" in turns.inner_text()
+    critic = turns.locator("tr", has_text="round 1 · critical")
+    assert XSS in critic.inner_text() and "this is not JSON at all" in critic.inner_text()
+    assert "no such turn" in turns.inner_text()  # round 2 ran in A only
+    assert page.dialogs == []

@@ -286,8 +286,14 @@ def compare_cmd(
         return
     console = _console()
     title = f"A = {cmp.a.id[:8]} · B = {cmp.b.id[:8]}"
+    if cmp.differ:
+        _side_by_side(console, cmp.differ, f"settings that differ ({cmp.same} the same)")
+    else:
+        console.print(f"every setting the same ({cmp.same})", highlight=False)
     if not isinstance(cmp, BenchComparison):
         _side_by_side(console, cmp.rows, title)
+        differ = sum(1 for _, x, y in cmp.turns if x is None or y is None or x["text"] != y["text"])
+        console.print(f"{differ} of {len(cmp.turns)} turns differ (moot view shows them side by side)")
         return
     _side_by_side(console, cmp.settings, f"{title} · task {cmp.a.config.get('task')}")
     table = Table(

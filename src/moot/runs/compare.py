@@ -18,10 +18,46 @@ from ..bench.records import ItemRecord
 from ..bench.stats import McNemar, mcnemar
 from ..errors import UsageError
 from ..transcript import DebateResult
-from .queries import bench_records, load_result
+from .queries import bench_records, load_result, run_turns
 from .store import RunRecord, RunStore
 
-__all__ = ["BenchComparison", "DebateComparison", "MethodComparison", "compare_runs"]
+__all__ = ["BenchComparison", "DebateComparison", "MethodComparison", "compare_runs", "settings_diff"]
+
+_NOT_SETTINGS = ("out", "argv")
+"""Recorded values that differ between any two runs without saying how they were run."""
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, str]:
+    """``{"protocol.rounds": "2", ...}``: every leaf of nested JSON data under a dotted name."""
+    if isinstance(data, dict) and data:
+        out: dict[str, str] = {}
+        for key, value in data.items():
+            out |= _flat(value, f"{prefix}.{key}" if prefix else str(key))
+        return out
+    if isinstance(data, list) and data and not all(isinstance(v, str | int | float) for v in data):
+        return {k: v for i, item in enumerate(data) for k, v in _flat(item, f"{prefix}[{i}]").items()}
+    if isinstance(data, list):
+        text = ", ".join(map(str, data))
+    else:
+        text = "-" if data is None else str(data)
+    return {prefix: text}
+
+
+def settings_diff(a: RunRecord, b: RunRecord) -> tuple[list[tuple[str, str, str]], int]:
+    """``((setting, A's value, B's value) for every setting that differs, how many are the same)``.
+
+    Settings: the model spec, the moot version and every leaf of the recorded configuration
+    (endpoint, protocol, rounds, concurrency, timeout, seed, methods, prompts hash...), by
+    dotted name; a setting one run lacks shows as ``-``. The output folder is left out.
+    """
+    left = {"model": a.model, "moot version": a.moot_version} | _flat(a.config)
+    right = {"model": b.model, "moot version": b.moot_version} | _flat(b.config)
+    names = list(left) + [k for k in right if k not in left]
+    names = [n for n in names if n.split(".")[0] not in _NOT_SETTINGS]
+    differ = [
+        (n, left.get(n, "-"), right.get(n, "-")) for n in names if left.get(n, "-") != right.get(n, "-")
+    ]
+    return differ, len(names) - len(differ)
 
 
 @dataclass(frozen=True)
@@ -83,6 +119,12 @@ class BenchComparison:
     settings: list[tuple[str, str, str]] = field(default_factory=list)
     """``(field, A's value, B's value)``: model, n, seed, status, items, usage, wall time."""
     kind: str = "bench"
+    differ: list[tuple[str, str, str]] = field(default_factory=list)
+    """Every setting that differs (:func:`settings_diff`)."""
+    same: int = 0
+    """How many settings are the same."""
+    items: list[tuple[str, dict[str, tuple[bool | None, bool | None]]]] = field(default_factory=list)
+    """Item by item: ``(item, {method: (A right?, B right?)})`` (None: not run there)."""
 
 
 @dataclass
@@ -93,6 +135,13 @@ class DebateComparison:
     b: RunRecord
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     kind: str = "run"
+    differ: list[tuple[str, str, str]] = field(default_factory=list)
+    """Every setting that differs (:func:`settings_diff`)."""
+    same: int = 0
+    """How many settings are the same."""
+    turns: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = field(default_factory=list)
+    """Turn by turn: ``(slot, A's turn, B's turn)``, a slot being ``round N · speaker`` (or the
+    judge); a turn is its speaker, text, ok, error and usage (None: no such turn in that run)."""
 
 
 def _by_method(records: list[ItemRecord]) -> dict[str, dict[str, bool]]:
@@ -111,6 +160,10 @@ def _bench(store: RunStore, a: RunRecord, b: RunRecord) -> BenchComparison:
     ra, rb = _by_method(bench_records(store, a.id)), _by_method(bench_records(store, b.id))
     left, right = _bench_settings(a, ra), _bench_settings(b, rb)
     out = BenchComparison(a, b, settings=[(k, left[k], right[k]) for k in left])
+    out.differ, out.same = settings_diff(a, b)
+    item_ids = list(dict.fromkeys([i for m in ra.values() for i in m] + [i for m in rb.values() for i in m]))
+    methods = list(ra) + [m for m in rb if m not in ra]
+    out.items = [(i, {m: (ra.get(m, {}).get(i), rb.get(m, {}).get(i)) for m in methods}) for i in item_ids]
     for method in list(ra) + [m for m in rb if m not in ra]:
         xa, xb = ra.get(method, {}), rb.get(method, {})
         shared = [i for i in xa if i in xb]
@@ -177,11 +230,40 @@ def _debate_rows(result: DebateResult | None, record: RunRecord) -> dict[str, st
     }
 
 
+def _turn_slots(store: RunStore, record: RunRecord) -> dict[str, dict[str, Any]]:
+    """A debate's turns by slot (``round 1 · affirmative``, ``judge``), from its stored events."""
+    out: dict[str, dict[str, Any]] = {}
+    turns = run_turns(store, record)
+    several = len({d for d, _ in turns}) > 1  # an ABSA or arbitration run holds several debates
+    for debate_id, turn in turns:
+        if turn.phase == "judge":
+            slot = "verdict · " + turn.speaker
+        elif turn.phase == "moderator":
+            slot = f"round {turn.round} · moderator"
+        else:
+            slot = f"round {turn.round} · {turn.speaker}"
+        if several:
+            slot = f"{debate_id[:8]} · {slot}"
+        out[slot] = {
+            "speaker": turn.speaker,
+            "text": turn.text if turn.ok else (turn.raw or ""),
+            "ok": turn.ok,
+            "error": turn.error,
+            "calls": turn.usage.calls,
+            "tokens": turn.usage.total_tokens,
+        }
+    return out
+
+
 def _debates(store: RunStore, a: RunRecord, b: RunRecord) -> DebateComparison:
     left = _debate_rows(load_result(store, a.id), a)
     right = _debate_rows(load_result(store, b.id), b)
     keys = list(left) + [k for k in right if k not in left]
-    return DebateComparison(a, b, [(k, left.get(k, "-"), right.get(k, "-")) for k in keys])
+    out = DebateComparison(a, b, [(k, left.get(k, "-"), right.get(k, "-")) for k in keys])
+    out.differ, out.same = settings_diff(a, b)
+    ta, tb = _turn_slots(store, a), _turn_slots(store, b)
+    out.turns = [(slot, ta.get(slot), tb.get(slot)) for slot in list(ta) + [k for k in tb if k not in ta]]
+    return out
 
 
 def compare_runs(store: RunStore, a_id: str, b_id: str) -> BenchComparison | DebateComparison:
@@ -203,9 +285,12 @@ def compare_runs(store: RunStore, a_id: str, b_id: str) -> BenchComparison | Deb
 
 def as_json(cmp: BenchComparison | DebateComparison) -> dict[str, Any]:
     """The comparison as JSON data."""
-    head = {"kind": cmp.kind, "a": cmp.a.id, "b": cmp.b.id}
+    head: dict[str, Any] = {"kind": cmp.kind, "a": cmp.a.id, "b": cmp.b.id}
+    head["differ"] = [{"setting": k, "a": x, "b": y} for k, x, y in cmp.differ]
+    head["same_settings"] = cmp.same
     if isinstance(cmp, DebateComparison):
-        return head | {"rows": [{"field": k, "a": x, "b": y} for k, x, y in cmp.rows]}
+        turns = [{"slot": slot, "a": x, "b": y} for slot, x, y in cmp.turns]
+        return head | {"rows": [{"field": k, "a": x, "b": y} for k, x, y in cmp.rows], "turns": turns}
     methods = []
     for m in cmp.methods:
         test = m.test
@@ -230,4 +315,5 @@ def as_json(cmp: BenchComparison | DebateComparison) -> dict[str, Any]:
             }
         )
     settings = [{"field": k, "a": x, "b": y} for k, x, y in cmp.settings]
-    return head | {"task": cmp.a.config.get("task"), "settings": settings, "methods": methods}
+    items = [{"item": i, "methods": {m: {"a": x, "b": y} for m, (x, y) in by.items()}} for i, by in cmp.items]
+    return head | {"task": cmp.a.config.get("task"), "settings": settings, "methods": methods, "items": items}
