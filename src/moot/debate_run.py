@@ -351,7 +351,7 @@ class DebateRun:
             unreachable = unreachable_error(self.result)
             if unreachable is not None and self.initial_answer is None:
                 # No answer at all, for a run-time reason: the run failed (its fallback result is kept).
-                error = f"ModelConnectionError: cannot reach the model endpoint: {unreachable}"
+                error = f"cannot reach the model endpoint: {unreachable}"  # (which names its class)
                 self.observed.end("failed", self.result, error=error)
             else:
                 self.observed.end("fell_back" if self.result.fallback else "complete", self.result)

@@ -46,6 +46,7 @@ __all__ = [
     "RunError",
     "UnknownProviderError",
     "UsageError",
+    "error_text",
     "never_sent",
     "redact",
 ]
@@ -55,6 +56,20 @@ REDACTED = "***"
 #: Exception class names (httpx, httpx2, aiohttp) that mean a connection was never made,
 #: so no request reached the server; SDKs wrap them in their own connection errors.
 _NEVER_CONNECTED = frozenset({"ConnectError", "ConnectTimeout", "ClientConnectorError"})
+
+
+def error_text(kind: str | BaseException | None, message: str | None = None) -> str:
+    """``"Kind: message"`` with the kind named once: ``error_text(exc)`` or ``error_text(kind, text)``.
+
+    A message that already starts with its kind (``ModelConnectionError: ...``, ``cancelled: ...``)
+    is returned as is, so no error reads ``ModelConnectionError: ModelConnectionError: ...``.
+    """
+    if isinstance(kind, BaseException):
+        kind, message = type(kind).__name__, str(kind) if message is None else message
+    text = (message or "").strip()
+    if not kind or text == kind or text.startswith(f"{kind}:"):
+        return text or (kind or "")
+    return f"{kind}: {text}" if text else kind
 
 
 def never_sent(err: BaseException) -> bool:

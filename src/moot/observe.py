@@ -98,6 +98,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from .errors import error_text
+
 __all__ = [
     "EndStatus",
     "Observer",
@@ -280,7 +282,7 @@ def end_status(exc: BaseException) -> tuple[EndStatus | None, str | None]:
             return None, None
         if code == 130:
             return "interrupted", "interrupted"
-    return "failed", f"{type(exc).__name__}: {exc}"
+    return "failed", error_text(exc)
 
 
 class RunHandle:

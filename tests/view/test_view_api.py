@@ -6,6 +6,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -331,3 +332,39 @@ def test_bench_filter_keeps_fallen_back_and_failed_units() -> None:
     assert [r.item_id for r in filter_bench_items(rows, BenchFilter(show="failed"), failed)] == ["c"]
     assert [r.item_id for r in filter_bench_items(rows, BenchFilter(wrong="answer"), failed)] == ["b"]
     assert len(filter_bench_items(rows, BenchFilter(), failed)) == 3
+
+
+def test_a_failed_run_names_each_error_class_once_and_the_failure_in_one_place(
+    capsys: pytest.CaptureFixture[str], fake_provider: Any
+) -> None:
+    from moot.errors import ModelConnectionError
+    from moot.models import ModelRequest
+    from moot.models.testing import FunctionModel
+
+    def down(req: ModelRequest) -> object:
+        raise ModelConnectionError("cannot connect to http://127.0.0.1:9/v1: connection refused")
+
+    fake_provider("viewdown", lambda rest: FunctionModel(down, name="viewdown:x"))
+    assert main(["run", "Is tea good?", "--model", "viewdown:x", "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("ModelConnectionError") == 1, err
+    store = RunStore(os.environ["MOOT_STORE"])
+    (run,) = store.list()
+    assert (run.error or "").count("ModelConnectionError") == 1, run.error
+    page = TestClient(create_app(store.path), base_url=LOCAL).get(f"/runs/{run.id}").text
+    body = page.split('<div id="run-body"', 1)[1]
+    assert "ModelConnectionError: ModelConnectionError" not in page and "cancelled: cancelled" not in page
+    # The run's error at the top, and the turn that met it; the fallback and the cancelled turn
+    # do not say it again.
+    assert page.count("connection refused") == 2, page
+    assert "Fell back:" not in body and "cancelled: the debate stopped (see above)" in body
+
+
+def test_error_text_names_the_kind_once() -> None:
+    from moot.errors import ModelConnectionError, error_text
+
+    assert error_text(ModelConnectionError("refused")) == "ModelConnectionError: refused"
+    twice = error_text("ModelConnectionError", "ModelConnectionError: refused")
+    assert twice == "ModelConnectionError: refused"
+    assert error_text("cancelled", "cancelled: the debate stopped") == "cancelled: the debate stopped"
+    assert error_text("invalid_output", "") == "invalid_output" and error_text(None, "x") == "x"

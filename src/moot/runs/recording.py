@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .. import redact as _redact
+from ..errors import error_text
 from ..models.base import Usage, model_info
 from ..transcript import Event
 from .store import RunStatus, RunStore, default_store_path
@@ -226,7 +227,7 @@ class Recording:
         status, is_exit = _exit_status(exc)
         if status == "interrupted" or (status == "failed" and not (is_exit and self.status is not None)):
             self.status = status
-            error = "interrupted" if status == "interrupted" else f"{type(exc).__name__}: {exc}"
+            error = "interrupted" if status == "interrupted" else error_text(exc)
             self.update(status=status, error=error)
 
     def close(self, *, wait: bool = True) -> None:

@@ -58,6 +58,7 @@ def _templates() -> Jinja2Templates:
     env.filters["short"] = lambda s: s[:8]
     env.filters["tojson_pretty"] = lambda x: json.dumps(x, ensure_ascii=False, indent=2, default=str)
     env.globals["when"] = _when
+    env.globals["turn_error"] = shape.turn_error
     return templates
 
 

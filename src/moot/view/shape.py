@@ -6,10 +6,12 @@ reaches the page as text, whatever it contains.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..bench.records import ItemRecord
+from ..errors import error_text
 from ..runs import RunRecord, RunStore, absa_events, bench_records, bench_run, run_turns
 from ..transcript import DebateResult, Persona, Turn
 
@@ -29,7 +31,22 @@ __all__ = [
     "debate_view",
     "highlight",
     "protocol_of",
+    "turn_error",
 ]
+
+
+def turn_error(turn: Turn, shown_above: str | None = None) -> str:
+    """A failed turn's error as one line, its kind named once (``cancelled: ...``, never twice).
+
+    A turn cancelled because the debate stopped names the reason only when it is not already
+    on the page (``shown_above``: the fallback or run error shown at the top).
+    """
+    text = turn.error or ""
+    if turn.cancelled and shown_above:
+        for reason in re.findall(r"\((.*)\) before this turn finished", text):
+            if reason in shown_above or reason.split(": ", 1)[-1] in shown_above:
+                text = text.replace(f"({reason})", "(see above)")
+    return error_text(turn.error_kind or "error", text)
 
 
 def protocol_of(record: RunRecord) -> str:
@@ -77,6 +94,22 @@ class DebateView:
     cancelled: int = 0
     repaired: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    error_above: str | None = None
+    """The run's error, shown at the top of its page: the fallback banner is left out when it says
+    the same, and a cancelled turn does not repeat it."""
+
+    @property
+    def fallback_banner(self) -> bool:
+        """Whether the fallback needs its own banner (it is not the run error already shown)."""
+        if not self.fallback:
+            return False
+        cause = self.fallback.split(": ", 1)[-1]
+        return not (self.error_above and cause in self.error_above)
+
+    @property
+    def shown_above(self) -> str:
+        """What the page already says at the top: the fallback and the run's error."""
+        return " | ".join(x for x in (self.fallback, self.error_above) if x)
 
 
 def _speakers(personas: list[Persona], turns: list[Turn]) -> list[Persona]:
@@ -131,7 +164,9 @@ def live_debate(store: RunStore, record: RunRecord) -> DebateView:
 
     result = load_result(store, record.id)
     if isinstance(result, DebateResult):
-        return debate_view(result)
+        view = debate_view(result)
+        view.error_above = record.error
+        return view
     turns = [t for _, t in run_turns(store, record)]
     view = debate_view(None, turns, topic=record.title)
     for event in store.events(record.id):
@@ -139,6 +174,7 @@ def live_debate(store: RunStore, record: RunRecord) -> DebateView:
         if event.kind == "debate_completed" and outcome.get("fallback"):
             view.fallback = outcome["fallback"]
     view.protocol = str(record.config.get("protocol", {}).get("name", ""))
+    view.error_above = record.error
     return view
 
 
