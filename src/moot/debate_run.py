@@ -32,7 +32,7 @@ from ._ids import new_id
 from .deadline import Deadline, timeout_scope
 from .errors import BudgetExceeded, ModelError
 from .models import Model
-from .models.base import CallStats
+from .models.base import CallStats, Message
 from .prompting import build_messages, render_context
 from .protocol import JudgeSpec, Protocol
 from .schemas import get_output
@@ -445,11 +445,12 @@ class DebateRun:
         except asyncio.CancelledError:
             # The run stopped (deadline, a sibling's fallback) with this call in flight: keep the
             # turn, marked cancelled, with the requests it already sent in the usage.
-            self._record_cancelled(persona, phase, rnd, output, model, stats, started)
+            self._record_cancelled(persona, phase, rnd, output, model, stats, started, messages)
             raise
         for msg in retries:
             await self.emit("retry", round=rnd, speaker=persona.key, message=msg)
         turn = turn_from(outcome, persona, phase, rnd, output, model.name)
+        turn.sent = messages
         if turn.ok:
             trim(turn, model, max_tokens)
         self._account(turn)
@@ -485,9 +486,11 @@ class DebateRun:
         model: Model,
         stats: CallStats,
         started: float,
+        messages: list[Message],
     ) -> None:
         reason = self.fallback or "cancelled"
         turn = cancelled_turn(persona, phase, rnd, output, model.name, stats, started, reason)
+        turn.sent = messages
         self._account(turn)
         self.result.cancelled_turns += 1
         self._unreported.append(turn)  # its event goes out from finish(): no awaiting while cancelled

@@ -6,6 +6,7 @@ and back without loss (``DebateResult.model_validate_json(r.model_dump_json()) =
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -108,6 +109,33 @@ class Turn(BaseModel):
     """Wall time of the turn, retries included, waiting for the model's concurrency gate not."""
     queue_ms: float = 0.0
     """Time the turn waited for the model's concurrency gate (other calls were using the model)."""
+    sent: list[Message] | None = Field(default=None, exclude=True)
+    """The messages this turn's model was sent, exactly as sent: the turn's request, in order.
+
+    Format: a list of ``{"role": "system" | "user" | "assistant", "content": str}``. The
+    system message is the persona's prompt template rendered for this call (``[TOPIC]``,
+    ``[PERSONA]``, ``[SHARED_CONTEXT_JSON]`` and ``[HISTORY]`` or ``[ALL_TURNS]`` filled in: the
+    turns this speaker was shown, after the protocol's visibility rule), then the user message
+    with the task and the JSON schema hint, as :func:`moot.prompting.build_messages` builds them
+    and the backend puts them on the wire. A repair request (``repaired``, or a turn whose
+    first answer was invalid) sent these same messages followed by the invalid reply (role
+    ``assistant``) and one ``user`` message naming the schema error. A cancelled turn keeps
+    what it had sent. None in records written before moot kept them.
+
+    Left out of the default JSON (``model_dump``: results, events, bench and ABSA records stay
+    as they were); :meth:`DebateResult.record_json` includes them, and a debate's stored run
+    keeps them with its result (``moot runs show --json``, :func:`moot.runs.load_result`),
+    where full-text search does not look (it would find every prompt template's words).
+    """
+
+    def __eq__(self, other: object) -> bool:
+        """Equal outcomes, whether or not :attr:`sent` was kept (a result from ``--json`` has none)."""
+        if not isinstance(other, Turn):
+            return NotImplemented
+        mine = {k: v for k, v in self.__dict__.items() if k != "sent"}
+        return mine == {k: v for k, v in other.__dict__.items() if k != "sent"}
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def ok(self) -> bool:
@@ -217,6 +245,21 @@ class DebateResult(BaseModel):
     """Turns recorded as failed (never invented); cancelled turns are not counted here."""
     cancelled_turns: int = 0
     """Turns cut short because the debate stopped while they were in flight."""
+
+    def record_json(self) -> str:
+        """This result as JSON with each turn's :attr:`Turn.sent` messages (the stored record)."""
+        data = self.model_dump(mode="json")
+
+        def put(dumped: dict[str, Any] | None, turn: Turn | None) -> None:
+            if dumped is not None and turn is not None and turn.sent is not None:
+                dumped["sent"] = [m.model_dump(mode="json") for m in turn.sent]
+
+        for rnd, out in zip(self.rounds, data["rounds"], strict=True):
+            for turn, dumped in zip(rnd.turns, out["turns"], strict=True):
+                put(dumped, turn)
+            put(out.get("moderator"), rnd.moderator)
+        put(data.get("verdict"), self.verdict)
+        return json.dumps(data, ensure_ascii=False)
 
     def turns(self, *, include_judge: bool = False) -> list[Turn]:
         """All speaker turns in round order (plus moderator turns and, if asked, the verdict)."""

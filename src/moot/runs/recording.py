@@ -99,6 +99,9 @@ def _version() -> str:
 
 
 def _json(data: BaseModel | Mapping[str, Any] | Sequence[Any]) -> str:
+    record_json = getattr(data, "record_json", None)
+    if callable(record_json):  # a debate's result keeps each turn's messages as sent
+        return str(record_json())
     if isinstance(data, BaseModel):
         return data.model_dump_json()
     return json.dumps(data, ensure_ascii=False, default=str)
