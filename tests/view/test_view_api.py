@@ -368,3 +368,17 @@ def test_error_text_names_the_kind_once() -> None:
     assert twice == "ModelConnectionError: refused"
     assert error_text("cancelled", "cancelled: the debate stopped") == "cancelled: the debate stopped"
     assert error_text("invalid_output", "") == "invalid_output" and error_text(None, "x") == "x"
+
+
+def test_each_turn_has_a_transcript_of_its_requests_repairs_and_content(
+    client: TestClient, filled: dict[str, str]
+) -> None:
+    page = client.get(f"/runs/{filled['fallback']}").text
+    critic = page.split('data-speaker="critical"', 1)[1].split("</article>", 1)[0]
+    assert "transcript: what the model was sent · 2 requests" in critic  # the answer, then its repair
+    rows = re.findall(r"<tr><td>(\d)</td><td>(first|repair)</td>", critic)
+    assert rows == [("1", "first"), ("2", "repair")] and critic.count("<td>invalid_output</td>") == 2
+    assert "raw reply" in critic and "this is not JSON at all" in critic
+    good = client.get(f"/runs/{filled['debate']}").text
+    verdict = good.split('class="verdict"', 1)[1]
+    assert "1 request" in verdict and "parsed content" in verdict and "Tests first, then the fix." in verdict

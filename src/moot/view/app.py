@@ -59,6 +59,7 @@ def _templates() -> Jinja2Templates:
     env.filters["tojson_pretty"] = lambda x: json.dumps(x, ensure_ascii=False, indent=2, default=str)
     env.globals["when"] = _when
     env.globals["turn_error"] = shape.turn_error
+    env.globals["turn_key"] = shape.turn_key
     return templates
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ..bench.records import ItemRecord
 from ..errors import error_text
 from ..runs import RunRecord, RunStore, absa_events, bench_records, bench_run, run_turns
-from ..transcript import DebateResult, Persona, Turn
+from ..transcript import DebateResult, Persona, RequestRecord, Turn
 
 __all__ = [
     "AbsaAspectRow",
@@ -25,6 +25,7 @@ __all__ = [
     "Segment",
     "absa_aspect_rows",
     "absa_partial",
+    "attach_requests",
     "bench_items",
     "failed_units",
     "filter_bench_items",
@@ -32,7 +33,44 @@ __all__ = [
     "highlight",
     "protocol_of",
     "turn_error",
+    "turn_key",
 ]
+
+
+def turn_key(turn: Turn) -> str:
+    """Which turn of a debate: ``round|speaker|phase`` (a turn's requests are filed under it)."""
+    return f"{turn.round}|{turn.speaker}|{turn.phase}"
+
+
+def _sent(turn: Turn) -> list[Any]:
+    """The messages the turn's model was sent, when the record kept them."""
+    found = getattr(turn, "sent", None)
+    return list(found) if found else []
+
+
+def _shared_prompts(turns: list[Turn]) -> dict[str, int]:
+    """System prompts sent to two turns or more, numbered in the order first sent."""
+    seen: dict[str, int] = {}
+    for t in turns:
+        for m in _sent(t):
+            if m.role == "system":
+                seen[m.content] = seen.get(m.content, 0) + 1
+    shared = [text for text, n in seen.items() if n > 1]
+    return {text: i for i, text in enumerate(shared, 1)}
+
+
+def attach_requests(
+    view: DebateView, store: RunStore, record: RunRecord, debate_id: str | None = None
+) -> None:
+    """File the run's ``model_request`` events (one debate's, if ``debate_id``) under each turn."""
+    for event in store.events(record.id):
+        data = event.data
+        if event.kind != "model_request" or not isinstance(data.get("request"), dict):
+            continue
+        if debate_id is not None and data.get("debate_id") not in (None, debate_id):
+            continue
+        key = f"{data.get('round', 0)}|{data.get('speaker', '')}|{data.get('phase') or 'turn'}"
+        view.requests.setdefault(key, []).append(RequestRecord.model_validate(data["request"]))
 
 
 def turn_error(turn: Turn, shown_above: str | None = None) -> str:
@@ -94,6 +132,10 @@ class DebateView:
     cancelled: int = 0
     repaired: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    requests: dict[str, list[RequestRecord]] = field(default_factory=dict)
+    """Each turn's model requests (first, repair; retries inside), by :func:`turn_key`."""
+    shared_prompts: dict[str, int] = field(default_factory=dict)
+    """System prompts sent to more than one turn, shown once above the timeline: text -> number."""
     error_above: str | None = None
     """The run's error, shown at the top of its page: the fallback banner is left out when it says
     the same, and a cancelled turn does not repeat it."""
@@ -149,6 +191,7 @@ def debate_view(result: DebateResult | None, turns: list[Turn] | None = None, to
         result=result,
         fallback=result.fallback if result is not None else None,
     )
+    view.shared_prompts = _shared_prompts(turns)
     for t in turns:
         view.calls += t.usage.calls
         view.tokens += t.usage.total_tokens
@@ -166,6 +209,7 @@ def live_debate(store: RunStore, record: RunRecord) -> DebateView:
     if isinstance(result, DebateResult):
         view = debate_view(result)
         view.error_above = record.error
+        attach_requests(view, store, record)
         return view
     turns = [t for _, t in run_turns(store, record)]
     view = debate_view(None, turns, topic=record.title)
@@ -175,6 +219,7 @@ def live_debate(store: RunStore, record: RunRecord) -> DebateView:
             view.fallback = outcome["fallback"]
     view.protocol = str(record.config.get("protocol", {}).get("name", ""))
     view.error_above = record.error
+    attach_requests(view, store, record)
     return view
 
 
