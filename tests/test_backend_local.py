@@ -105,6 +105,21 @@ def model() -> LocalModel:
 @needs_model
 @pytest.mark.integration
 class TestEmbeddedModel:
+    def test_a_seeded_request_samples_the_same_reply_whatever_ran_before(self, model: LocalModel) -> None:
+        # Without a fresh prompt read, the same request right after itself (prefix cache hit) and
+        # after another prompt sampled different replies at temperature 1 (issue 20).
+        def ask(question: str, seed: int) -> str:
+            request = ModelRequest(
+                messages=[Message(role="user", content=question)], max_tokens=24, temperature=1.0, seed=seed
+            )
+            return asyncio.run(model.request(request)).text
+
+        first = ask("What is 12+15*21?", 7)
+        again = ask("What is 12+15*21?", 7)
+        ask("Name a colour.", 3)
+        after_other = ask("What is 12+15*21?", 7)
+        assert first == again == after_other
+
     def test_structured_reply_validates(self, model: LocalModel) -> None:
         resp = asyncio.run(model.request(verdict_request("Should cities ban cars from their centres?")))
         verdict = Verdict.model_validate(json.loads(resp.text))

@@ -98,3 +98,40 @@ def test_quiet_is_lifted_from_anywhere_before_a_double_dash() -> None:
     assert lift_quiet(["run", "x", "--quiet"]) == (["run", "x"], True)
     assert lift_quiet(["--quiet", "runs", "list"]) == (["runs", "list"], True)
     assert lift_quiet(["run", "--", "--quiet"]) == (["run", "--", "--quiet"], False)
+
+
+def test_run_from_restores_the_recorded_endpoint_never_the_key(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 20: a run against $OPENAI_BASE_URL re-run with --from went to OpenAI's API ("no API key").
+    monkeypatch.setattr(models.base, "ALLOW_MODEL_REQUESTS", True)
+    with FaultServer(lambda n, body, headers: Fate(content=schema_reply(body))) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-from-env")
+        assert main(["run", "Q?", "--model", "openai:from-test", "--json", "--quiet"]) == 0
+        first = json.loads(capsys.readouterr().out)
+        monkeypatch.delenv("OPENAI_BASE_URL")
+        monkeypatch.delenv("OPENAI_API_KEY")
+        models._CACHE.clear()
+        before = srv.requests
+        assert main(["run", "--from", _last_run_id(), "--json"]) == 0, capsys.readouterr().err
+        assert srv.requests == before + 5  # the same server, the whole answer debate
+    again = json.loads(capsys.readouterr().out)
+    assert again["final_answer"] == first["final_answer"]
+    record = _last_run()
+    assert "sk-secret" not in json.dumps(record.config)
+    assert record.config["role_models"]["synthesizer"] == f"openai:from-test?base_url={srv.url}"
+
+
+def _last_run() -> Any:
+    from moot.runs import open_store
+
+    store = open_store()
+    assert store is not None
+    with store:
+        (record,) = store.list(kind="run", limit=1)
+    return record
+
+
+def _last_run_id() -> str:
+    return str(_last_run().id)

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import ModelError, ModelHTTPError, UsageError
+from .errors import ModelError, ModelHTTPError, UsageError, error_text
 from .jsontext import extract_json, parse_partial
 from .models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage
 from .models.retry import RetryPolicy, call_model
@@ -217,7 +217,7 @@ async def ask(
                 model, request, retry, on_retry=watch.on_retry if watch else on_retry, stats=stats
             )
         except ModelError as exc:
-            out.error, out.exception = f"{type(exc).__name__}: {exc}", exc
+            out.error, out.exception = error_text(exc), exc
             if watch is not None:
                 await _report(on_request, watch.record(None, type(exc).__name__))
             break

@@ -32,7 +32,9 @@ def test_bench_command_runs_reports_and_resumes(
     assert len(lines) == 18
     assert "vote:6" in capsys.readouterr().out
     calls = len(model.requests)
-    assert calls == 6 * (1 + 6 + 6)
+    # Round 0 is shared (single, the society's round 0 and vote:6 are agents 0-5's first samples):
+    # six first samples per item, then the society's round 1.
+    assert calls == 6 * (6 + 3)
 
     assert main(argv) == 2  # results exist: refuse to overwrite
     assert "--resume" in capsys.readouterr().err
@@ -60,10 +62,31 @@ def test_bench_flags_and_errors(
     assert main(["bench", "--early-stop", "--debate-if-disagree", "--no-plots"]) == 2
 
 
-def test_default_out_has_no_n_so_a_resume_can_grow() -> None:
-    assert default_out("gsm8k:data/test.jsonl", "openai:gpt-4o-mini", 3) == Path(
-        "bench-out/gsm8k-test-openai_gpt-4o-mini-s3"
+def test_default_out_names_the_methods_and_n() -> None:
+    # Another bench (other methods, another n) never lands in a folder that already holds results.
+    assert default_out(
+        "gsm8k:data/test.jsonl", "openai:gpt-4o-mini", 3, ["single", "vote:3"], 50, False
+    ) == Path("bench-out/gsm8k-test-openai_gpt-4o-mini-single+vote_3-n50-s3")
+    assert (
+        default_out("arithmetic", "local", 0, ["single"], None, True).name
+        == "arithmetic-local-single-matched-nall-s0"
     )
+    many = ["single", "vote:3", "society:3:2", "answer", "adversarial", "panel"]
+    long = default_out("arithmetic", "local", 0, many, 10, False).name
+    assert long.startswith("arithmetic-local-single+vote_3+society_3_2") and long.endswith("-n10-s0")
+    assert long != default_out("arithmetic", "local", 0, [*many, "patch"], 10, False).name
+
+
+def test_another_bench_gets_its_own_default_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_provider: Callable[..., None]
+) -> None:
+    _provider(fake_provider, "benchout")
+    monkeypatch.chdir(tmp_path)
+    base = ["bench", "--task", "arithmetic", "--model", "benchout:a", "--no-plots", "--no-store"]
+    assert main([*base, "--methods", "single", "--n", "2"]) == 0
+    assert main([*base, "--methods", "single,vote:3", "--n", "2"]) == 0  # was "already holds results"
+    assert main([*base, "--methods", "single", "--n", "3"]) == 0
+    assert len(list((tmp_path / "bench-out").iterdir())) == 3
 
 
 def test_timeout_ends_the_invocation_incomplete_with_exit_1(
@@ -139,3 +162,17 @@ def test_missing_matplotlib_says_no_plots_works(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(MissingDependencyError) as info:
         ensure_plotting()
     assert "moot[bench]" in str(info.value) and "--no-plots" in str(info.value)
+
+
+def test_a_bench_in_a_pipe_prints_progress_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    # Piped to a file, a live bar shows nothing for minutes: a plain line every 5% of units instead.
+    _provider(fake_provider, "benchpipe")
+    argv = ["bench", "--task", "arithmetic", "--methods", "single", "--n", "40", "--model", "benchpipe:a"]
+    assert main([*argv, "--out", str(tmp_path / "o"), "--no-plots", "--no-store"]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("bench: ")]
+    assert lines[0].startswith("bench: 2/40 units (5%), ") and lines[-1].startswith(
+        "bench: 40/40 units (100%), "
+    )
+    assert len(lines) == 20

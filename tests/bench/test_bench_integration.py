@@ -36,3 +36,21 @@ def test_absa_bench_on_the_embedded_model(tmp_path: Path) -> None:
         assert not (record.parse_failed and record.correct)  # a parse failure is never correct
         assert all(a.text for rnd in record.rounds for a in rnd)  # every raw reply is kept
     assert "society:2:2" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_matched_round_0_is_the_same_samples_on_the_embedded_model(tmp_path: Path) -> None:
+    # Issue 20: vote:3 and society:3:2 answered arithmetic-4's round 0 differently on this model.
+    out = tmp_path / "out"
+    argv = ["bench", "--task", "arithmetic", "--methods", "single,vote:3,society:3:2", "--matched"]
+    argv += ["--model", "local", "--n", "6", "--max-tokens", "128", "--out", str(out), "--no-plots"]
+    assert main(argv) in (0, 1)  # the small model's answers may fail to parse; the samples are the point
+    lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    records = {(r.item_id, r.method): r for r in (ItemRecord.model_validate(json.loads(x)) for x in lines)}
+    items = sorted({item for item, _ in records})
+    assert len(items) == 6
+    for item in items:
+        vote, society = records[(item, "vote:3")], records[(item, "society:3:2")]
+        assert [a.text for a in vote.rounds[0]] == [a.text for a in society.rounds[0]], item
+        assert [a.answer for a in vote.rounds[0]] == [a.answer for a in society.rounds[0]], item
+        assert records[(item, "single")].rounds[0][0].text == vote.rounds[0][0].text
+        assert [a.text for a in records[(item, "vote:6")].rounds[0][:3]] == [a.text for a in vote.rounds[0]]

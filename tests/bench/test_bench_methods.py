@@ -63,20 +63,27 @@ def test_scripted_model_gives_exact_accuracy_votes_and_flips(tmp_path: Path) -> 
     assert (t.both, t.only_a, t.only_b, t.p_value, t.test) == (1, 2, 1, 1.0, "exact")
 
 
-def test_every_method_sends_the_same_first_prompt_and_routable_metadata(tmp_path: Path) -> None:
-    model = oracle(plan)
-    _run(tmp_path, ["single", "vote:3", "society:3:2"], model, n=1)
-    firsts = {r.metadata["method"]: r.messages[0].content for r in model.requests if r.metadata["round"] == 0}
-    assert len(set(firsts.values())) == 1
-    assert all(len(r.messages) == 1 for r in model.requests if r.metadata["round"] == 0)
-    meta = model.requests[0].metadata
-    assert set(meta) >= {"speaker", "round", "method", "item", "phase"}
-    # Common random numbers: agent 0 of round 0 gets the same seed whatever the method.
-    seeds = {r.metadata["method"]: r.seed for r in model.requests if r.metadata["speaker"] == "agent0"}
-    seeds.pop("society:3:2")  # its agent0 has two calls; the round-0 one is checked below
-    assert len(set(seeds.values())) == 1
-    r0 = [r for r in model.requests if r.metadata == {**meta, "method": "society:3:2"}]
-    assert r0 and r0[0].seed == seeds["single"]
+def test_every_method_shares_round_0_samples_with_routable_metadata(tmp_path: Path) -> None:
+    # Agent i's first sample is one call for single, vote:3 and society:3:2: same prompt and seed.
+    model = oracle(lambda i, a, r: "right" if (i + a + r) % 2 else "wrong", delay=0.005)
+    run = _run(tmp_path, ["single", "vote:3", "society:3:2"], model, n=3, concurrency=3)
+    first = [r for r in model.requests if r.metadata["round"] == 0]
+    assert sorted((r.metadata["item"], r.metadata["speaker"]) for r in first) == sorted(
+        (f"arithmetic-{i}", f"agent{a}") for i in range(3) for a in range(3)
+    )  # each once, whichever method asked first
+    assert all(len(r.messages) == 1 for r in first)
+    assert set(model.requests[0].metadata) >= {"speaker", "round", "method", "item", "phase"}
+    assert len(model.requests) == 3 * (3 + 3)  # round 0 once, then the society's round 1
+    by = {(r.item_id, r.method): r for r in run.records}
+    for i in range(3):
+        vote, society, single = (by[(f"arithmetic-{i}", m)] for m in ("vote:3", "society:3:2", "single"))
+        texts = [a.text for a in vote.rounds[0]]
+        assert texts == [a.text for a in society.rounds[0]]
+        assert single.rounds[0][0].text == texts[0]
+        assert vote.calls == society.calls - 3 == 3  # each method still counts the samples it used
+    # Common random numbers: agent a of round 0 has the same seed whatever the method.
+    seeds = {(r.metadata["item"], r.metadata["speaker"]): r.seed for r in first}
+    assert len(set(seeds.values())) == len(seeds)
 
 
 def test_society_agents_see_all_peers_of_the_previous_round_only() -> None:

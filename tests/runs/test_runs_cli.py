@@ -125,7 +125,11 @@ def test_compare_debates_and_refusals(filled: dict[str, str], capsys: pytest.Cap
 
 
 def test_rm_and_errors(filled: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["runs", "rm", filled["absa"][:10]]) == 0
+    assert main(["runs", "rm", filled["absa"][:10]]) == 2  # no terminal to ask on: --yes is needed
+    assert capsys.readouterr().err.startswith(
+        f"moot: error: moot runs rm would delete run {filled['absa'][:8]} "
+    )
+    assert main(["runs", "rm", filled["absa"][:10], "--yes"]) == 0
     assert filled["absa"] in capsys.readouterr().out
     with RunStore(os.environ["MOOT_STORE"]) as store:
         assert filled["absa"] not in [r.id for r in store.list()]
@@ -133,3 +137,24 @@ def test_rm_and_errors(filled: dict[str, str], capsys: pytest.CaptureFixture[str
     assert "no run" in capsys.readouterr().err
     assert main(["runs", "list", "--store", str(tmp_path / "none.db")]) == 2
     assert "no run store at" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("answer", "code", "kept"), [("n\n", 1, True), ("\n", 1, True), ("y\n", 0, False)])
+def test_rm_asks_on_a_terminal(
+    answer: str,
+    code: int,
+    kept: bool,
+    filled: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import io
+
+    from moot.cli import runs as runs_cli
+
+    monkeypatch.setattr(runs_cli, "_stdin_is_terminal", lambda: True)
+    monkeypatch.setattr("sys.stdin", io.StringIO(answer))
+    assert main(["runs", "rm", filled["debate"]]) == code
+    assert f"delete run {filled['debate'][:8]} (run, complete: " in capsys.readouterr().out
+    with RunStore(os.environ["MOOT_STORE"]) as store:
+        assert (filled["debate"] in [r.id for r in store.list()]) is kept

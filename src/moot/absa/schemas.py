@@ -15,6 +15,7 @@ Three families live here:
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -426,10 +427,36 @@ class TraceStep(BaseModel):
     detail: str = ""
 
     def line(self) -> str:
-        """One line for a terminal: ``name: ok · 1.2s · detail`` (the detail cut to 100 characters)."""
+        """One line for a terminal: ``name: ok · 1.2s · detail`` (the detail within 100 characters).
+
+        A detail that is a JSON object is shown as ``key=value`` pairs, whole pairs only (the
+        rest counted as ``+N more``); other text is cut at a word, never inside one.
+        """
         outcome = "skipped" if self.skipped else ("ok" if self.ok else "failed")
-        detail = f" · {self.detail[:100]}" if self.detail else ""
+        detail = f" · {_short(self.detail, 100)}" if self.detail else ""
         return f"{self.name}: {outcome} · {self.duration_ms / 1000:.1f}s{detail}"
+
+
+def _short(text: str, width: int) -> str:
+    """``text`` within ``width`` characters, cut only between whole pairs or words."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        pairs = [f"{k}={json.dumps(v, ensure_ascii=False, separators=(',', ':'))}" for k, v in data.items()]
+        shown: list[str] = []
+        for i, pair in enumerate(pairs):
+            rest = len(pairs) - i - 1
+            tail = f" +{rest} more" if rest else ""  # room kept for the count of what follows
+            if len(" ".join([*shown, pair])) + len(tail) > width:
+                return " ".join([*shown, f"+{len(pairs) - i} more"])
+            shown.append(pair)
+        return " ".join(shown)
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1].rsplit(" ", 1)[0] if " " in text[: width - 1] else text[: width - 1]
+    return cut.rstrip() + "…"
 
 
 class StageEvent(BaseModel):

@@ -27,6 +27,13 @@ the same for every method: ``single``, agent 0 of ``vote:K`` and agent 0 of
 a society's round 0 get the same seed (common random numbers, which make the
 paired comparisons sharper on backends that honour seeds).
 
+Round 0 is shared: agent ``i``'s first sample of an item is the same call in ``single``,
+``vote:K`` and ``society:N:T`` (same prompt, same seed), so a run generates it once and
+hands it to each of them (:meth:`MethodContext.share_first_round`). A society's round 0 is
+then exactly the vote's samples, on every backend, and ``--matched`` pays for them once.
+Units run elsewhere (Ray workers) cannot share; there the seed alone must make the sample
+the same, which the ``local`` backend guarantees by reading a seeded prompt afresh.
+
 On a model that samples several completions per request (``supports_n``: the
 ``openai:`` backend against OpenAI or vLLM), the K samples of ``vote:K`` and the
 N answers of a society's round 0, which all answer the same prompt, are one
@@ -41,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -208,6 +216,77 @@ class MethodContext:
     max_tokens: int | None = None
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     _debates: dict[str, Any] = field(default_factory=dict)
+    _samples: dict[tuple[str, int], asyncio.Future[ModelResponse]] = field(default_factory=dict)
+    _uses: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def share_first_round(self, units: Iterable[tuple[Item, MethodSpec]]) -> None:
+        """Let the plain methods among ``units`` share their round-0 samples (module docstring).
+
+        Agent ``i``'s round-0 sample of an item is the same call (same prompt and seed) in
+        ``single``, ``vote:K`` and ``society:N:T``; it is generated once and handed to each of
+        these units, then forgotten after its last use.
+        """
+        for item, spec in units:
+            if spec.kind != "preset":
+                for agent in range(spec.agents):
+                    key = (item.id, agent)
+                    self._uses[key] = self._uses.get(key, 0) + 1
+
+    async def first_round(
+        self, item: Item, method: str, n: int, messages: list[Message]
+    ) -> list[ModelResponse]:
+        """Round 0's ``n`` samples: shared ones where :meth:`share_first_round` planned their use.
+
+        Samples not yet generated are asked for (as one ``n``-sample request where the model
+        supports it); a failed request fails every unit waiting for it, and is asked again by
+        the next one. A reused sample's usage is counted by each unit that uses it: a method's
+        cost stays what it would be alone.
+        """
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[ModelResponse]] = []
+        missing: list[int] = []
+        for agent in range(n):
+            key = (item.id, agent)
+            future = self._samples.get(key)
+            if future is None:
+                future = loop.create_future()
+                missing.append(agent)
+                if self._uses.get(key, 0) > 1:  # someone else will use it: keep it
+                    self._samples[key] = future
+            futures.append(future)
+        if missing:
+            try:
+                replies = await self._ask_samples(item, method, missing, messages)
+            except BaseException as err:
+                for agent in missing:
+                    self._samples.pop((item.id, agent), None)
+                    future = futures[agent]
+                    if isinstance(err, Exception):
+                        future.set_exception(err)
+                        future.exception()  # retrieved here: waiting units re-raise it themselves
+                    else:
+                        future.cancel()
+                raise
+            for agent, reply in zip(missing, replies, strict=True):
+                futures[agent].set_result(reply)
+        out = [await future for future in futures]
+        for agent in range(n):
+            key = (item.id, agent)
+            left = self._uses.get(key, 0) - 1
+            if left > 0:
+                self._uses[key] = left
+            else:
+                self._uses.pop(key, None)
+                self._samples.pop(key, None)
+        return out
+
+    async def _ask_samples(
+        self, item: Item, method: str, agents: list[int], messages: list[Message]
+    ) -> list[ModelResponse]:
+        if len(agents) > 1 and getattr(self.model, "supports_n", False):
+            # n samples of one prompt: one request with n, read once by the server.
+            return _split(await self.ask(item, method, agents[0], 0, messages, n=len(agents)), len(agents))
+        return await _gather([self.ask(item, method, i, 0, messages) for i in agents])
 
     async def ask(
         self, item: Item, method: str, agent: int, round_: int, messages: list[Message], n: int = 1
@@ -315,9 +394,8 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
                 peers = [texts[j] for j in range(n) if j != i]
                 histories[i].append(Message(role="assistant", content=texts[i]))
                 histories[i].append(Message(role="user", content=ctx.task.debate_prompt(item, peers)))
-        if r == 0 and n > 1 and getattr(ctx.model, "supports_n", False):
-            # Round 0 is n samples of one prompt: one request with n, read once by the server.
-            replies = _split(await ctx.ask(item, spec.name, 0, 0, histories[0], n=n), n)
+        if r == 0:  # n samples of one prompt, shared with the other plain methods on this item
+            replies = await ctx.first_round(item, spec.name, n, histories[0])
         else:
             replies = await _gather([ctx.ask(item, spec.name, i, r, histories[i]) for i in range(n)])
         for reply in replies:

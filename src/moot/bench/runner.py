@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - Windows: no lock
 from pydantic import BaseModel, Field
 
 from .. import redact
-from ..errors import RunError, UsageError
+from ..errors import RunError, UsageError, error_text
 from ..models.base import Model, Usage
 from ..models.retry import RetryPolicy
 from ..observe import PipelineEvent, RunHandle, RunStart, observed
@@ -471,6 +471,7 @@ async def _run(
             max_tokens=config.max_tokens,
             policy=policy or RetryPolicy(),
         )
+        ctx.share_first_round(pending)
 
         async def execute(spec: MethodSpec, item: Item) -> ItemRecord:
             return await run_method(spec, item, ctx)
@@ -491,7 +492,7 @@ async def _run(
                 try:
                     record = await execute(spec, item)
                 except RunError as err:
-                    message = f"{type(err).__name__}: {err}"
+                    message = error_text(err)
                     failed.append((item, spec, message))
                     event = {"item_id": item.id, "method": spec.name, "error": message}
                     handle.emit(PipelineEvent(kind="unit_failed", data=event))

@@ -25,7 +25,7 @@ import typer
 
 from .. import __version__
 from ..app.tracing import install_from_env
-from ..errors import MootError, UsageError
+from ..errors import MootError, UsageError, error_text
 from ..gctune import tuned_gc, tuning_wanted
 from ._ray_options import default_ray_address
 from ._safe import clean
@@ -120,7 +120,7 @@ def _main(argv: list[str] | None) -> int:
     except UsageError as exc:
         return _fail(str(exc))
     except MootError as exc:
-        return _fail(f"{type(exc).__name__}: {exc}")
+        return _fail(error_text(exc))
     except (click.exceptions.Exit, typer.Exit) as exc:
         return int(exc.exit_code)
     except (click.exceptions.Abort, typer.Abort, KeyboardInterrupt):

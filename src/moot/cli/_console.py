@@ -10,6 +10,8 @@ its cells; a cell is never cut to ``…``. A caption names the columns left out.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -24,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-__all__ = ["make_console", "print_table", "progress_bar"]
+__all__ = ["ProgressLines", "make_console", "print_table", "progress_bar"]
 
 
 def make_console(*, stderr: bool = False, quiet: bool = False, width: int | None = None) -> Console:
@@ -43,6 +45,48 @@ def progress_bar(console: Console, *extra: ProgressColumn) -> Progress:
         console=console,
         transient=False,
     )
+
+
+class ProgressLines:
+    """Progress for a log or a pipe, where a live bar shows nothing until the end.
+
+    ``advance()`` prints one plain line (``LABEL: 12/240 UNIT (5%), 31 s``) when ``every``
+    seconds have passed since the last line, when another ``step`` of the units is done,
+    and at the last unit.
+    """
+
+    def __init__(
+        self, console: Console, label: str, unit: str, *, every: float = 10.0, step: float = 0.05
+    ) -> None:
+        self.console, self.label, self.unit, self.every, self.step = console, label, unit, every, step
+        self.total = self.done = 0
+        self.started = self.last = time.monotonic()
+        self._next = 0
+
+    def start(self, total: int, done: int = 0) -> None:
+        """Begin counting ``total`` units, ``done`` of them finished already (a resume)."""
+        self.total, self.done = total, done
+        self.started = self.last = time.monotonic()
+        self._next = self._threshold(done)
+
+    def _threshold(self, done: int) -> int:
+        # The next count at which another `step` of the total is reached.
+        part = max(1, math.ceil(self.total * self.step))
+        return (done // part + 1) * part
+
+    def advance(self, n: int = 1) -> None:
+        """Count ``n`` finished units; print a line if one is due."""
+        self.done += n
+        now = time.monotonic()
+        if self.done >= self.total or self.done >= self._next or now - self.last >= self.every:
+            self.last = now
+            self._next = self._threshold(self.done)
+            pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+            self.console.print(
+                f"{self.label}: {self.done}/{self.total} {self.unit}{pct}, {now - self.started:.0f} s",
+                markup=False,
+                highlight=False,
+            )
 
 
 def _natural_width(console: Console, table: Table) -> int:

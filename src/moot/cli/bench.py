@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import re
 import signal
 from pathlib import Path
@@ -46,7 +48,7 @@ from ._bench_store import (
     merge_resume,
 )
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
-from ._console import make_console, print_table
+from ._console import ProgressLines, make_console, print_table
 from ._io import MAX_CONCURRENCY, check_output_dir, read_json
 from ._ray_options import RayOption, RayWorkersOption, ray_options
 from ._safe import markup
@@ -55,15 +57,25 @@ from ._store_options import NoStoreOption, StoreOption
 __all__ = ["default_out", "register"]
 
 
-def default_out(task: str, model: str, seed: int) -> Path:
-    """``bench-out/TASK-MODEL-sSEED`` (no ``n``, so a resume may grow the run)."""
+def default_out(task: str, model: str, seed: int, methods: list[str], n: int | None, matched: bool) -> Path:
+    """``bench-out/TASK-MODEL-METHODS-nN-sSEED``: another bench gets a folder of its own.
+
+    ``METHODS`` joins the method specs with ``+`` (``-matched`` when asked); a list longer
+    than 40 characters keeps its start and adds a short hash of the whole list. ``n`` is
+    ``nall`` for every item of a data file. ``--resume`` finds the folder from the run's
+    record, so a resume with a larger ``--n`` continues in the same place.
+    """
 
     def slug(text: str) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
+        return re.sub(r"[^A-Za-z0-9._+-]+", "_", text).strip("_") or "x"
 
     kind, _, rest = task.partition(":")
     name = kind + (f"-{Path(rest).stem}" if rest else "")
-    return Path("bench-out") / f"{slug(name)}-{slug(model)}-s{seed}"
+    listed = slug("+".join(methods)) + ("-matched" if matched else "")
+    if len(listed) > 40:
+        digest = hashlib.sha256(listed.encode()).hexdigest()[:8]
+        listed = f"{listed[:31].rstrip('+_-')}-{digest}"
+    return Path("bench-out") / f"{slug(name)}-{slug(model)}-{listed}-n{n or 'all'}-s{seed}"
 
 
 def _methods(text: str, early_stop: bool, debate_if_disagree: bool) -> list[str]:
@@ -81,17 +93,25 @@ def _methods(text: str, early_stop: bool, debate_if_disagree: bool) -> list[str]
 
 
 class _ProgressObserver(RunObserver):
-    def __init__(self, progress: Progress, console: Console) -> None:
+    """A live bar on a terminal; a plain line every 10 s or 5% of the units in a log or a pipe."""
+
+    def __init__(self, progress: Progress | None, console: Console) -> None:
         self.progress = progress
         self.console = console
         self.task: TaskID | None = None
+        self.lines = ProgressLines(console, "bench", "units") if progress is None else None
 
     def started(self, total: int, done: int) -> None:
-        self.task = self.progress.add_task("items x methods", total=total, completed=done)
+        if self.progress is not None:
+            self.task = self.progress.add_task("items x methods", total=total, completed=done)
+        elif self.lines is not None:
+            self.lines.start(total, done)
 
     def finished_unit(self, record: ItemRecord) -> None:
-        if self.task is not None:
+        if self.progress is not None and self.task is not None:
             self.progress.advance(self.task)
+        elif self.lines is not None:
+            self.lines.advance()
 
     def failed_unit(self, item_id: str, method: str, error: str) -> None:
         self.console.print(f"[yellow]failed[/] {markup(item_id)} {markup(method)}: {markup(error)}")
@@ -161,7 +181,8 @@ def bench(
         int, typer.Option("--concurrency", min=1, max=MAX_CONCURRENCY, help="Item x method units in flight.")
     ] = 4,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Output directory (default bench-out/TASK-MODEL-sSEED).")
+        Path | None,
+        typer.Option("--out", help="Output directory (default bench-out/TASK-MODEL-METHODS-nN-sSEED)."),
     ] = None,
     resume: Annotated[
         str | None,
@@ -254,7 +275,9 @@ def bench(
             raise UsageError(f"--resume: --out {out} contradicts the recorded run (out {resumed.out})")
         fields = merge_resume(resumed, {k: v for k, v in fields.items() if given.get(k)})
         out = resumed.out
-    out_dir = out or default_out(fields["task"], fields["model"], fields["seed"])
+    out_dir = out or default_out(
+        fields["task"], fields["model"], fields["seed"], fields["methods"], fields["n"], fields["matched"]
+    )
     check_output_dir(out_dir, "--out")
     if not no_plots:
         ensure_plotting()
@@ -283,7 +306,11 @@ def bench(
         continues = resumed.run_id if resumed is not None else None
         with (
             recorded_ids() as ids,  # the run records itself (store=), once out is checked and locked
-            Progress(*columns, console=console, transient=False) as progress,
+            (
+                Progress(*columns, console=console, transient=False)
+                if console.is_terminal
+                else contextlib.nullcontext(None)
+            ) as progress,
         ):
             observer = _ProgressObserver(progress, console)
             # `timeout` and schedulers send SIGTERM: stop like Ctrl-C, with the resume hint.

@@ -254,6 +254,21 @@ def _replayers(
     return out
 
 
+def _recorded_endpoints(recorded: dict[str, Any]) -> dict[str, str]:
+    """Each persona's recorded model with the endpoint it ran against, as a spec (never a key).
+
+    A run against a server named by ``$OPENAI_BASE_URL`` records ``openai:M`` and the endpoint;
+    ``--from`` then reaches the same server without that variable (instead of OpenAI's, asking
+    for a key). Only ``openai:`` specs name an endpoint in the spec (``?base_url=``).
+    """
+    out: dict[str, str] = {}
+    for key, info in (recorded.get("models") or {}).items():
+        spec, endpoint = info.get("spec"), info.get("endpoint")
+        if isinstance(spec, str) and spec.startswith("openai:") and "?" not in spec and endpoint:
+            out[key] = f"{spec}?base_url={endpoint}"
+    return out
+
+
 def _batch(
     debate: Debate,
     input_file: Path,
@@ -457,8 +472,9 @@ def register(app: typer.Typer) -> None:
         if topic is None:
             raise UsageError("give a TOPIC (or --from RUN_ID to re-run a recorded debate)")
         given_roles = parse_role_models(role_model)
+        endpoints = _recorded_endpoints(recorded) if model is None else {}
         model = model or recorded.get("model")
-        roles = dict(recorded.get("role_models") or {}) | given_roles
+        roles = endpoints | dict(recorded.get("role_models") or {}) | given_roles
         debate = Debate(spec, model=model, role_models=roles, overrides=overrides)
         replayed = _replaying(from_run, replay, replay_until)
         debate = _replay_debate(debate, spec, model, replayed, store, given_roles, overrides)

@@ -5,7 +5,7 @@
     moot runs list [--kind K] [--status S] [--model M] [--search WORDS] [--limit N] [--offset N] [--json]
     moot runs show ID [--json]          # the same rendering `moot run` prints live
     moot runs export ID [--format json|jsonl]
-    moot runs rm ID
+    moot runs rm ID [--yes]
     moot runs compare A B [--json]
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from typing import Annotated, Any, get_args
 
 import typer
@@ -256,14 +257,31 @@ def export_cmd(
         typer.echo(json.dumps({"type": "item", **i}, ensure_ascii=False))
 
 
+def _stdin_is_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
 @runs_app.command("rm")
 def rm_cmd(
     run_id: Annotated[str, typer.Argument(metavar="ID", help="A run id or a unique prefix.")],
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Delete without asking (needed without a terminal).")
+    ] = False,
     store: StoreOption = None,
 ) -> None:
-    """Delete a run with its events and items."""
+    """Delete a run with its events and items, after asking (``--yes``: without asking)."""
     with RunStore(default_store_path(store), must_exist=True) as opened:
-        full = opened.delete(run_id)
+        record = opened.get(run_id)
+        what = f"run {record.id[:8]} ({record.kind}, {record.status}: {clean(record.title)[:60]})"
+        if not yes:
+            if not _stdin_is_terminal():
+                raise UsageError(
+                    f"moot runs rm would delete {what}: pass --yes to delete it without a terminal"
+                )
+            if not typer.confirm(f"delete {what}?", default=False):
+                typer.echo(f"kept {what}")
+                raise typer.Exit(1)
+        full = opened.delete(record.id)
     typer.echo(f"deleted run {full}")
 
 

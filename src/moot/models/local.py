@@ -298,7 +298,8 @@ class LocalModel(Model):
     evaluates the tokens after the longest common prefix with it. Debate turns
     that share a system prompt and transcript therefore skip re-reading them,
     as long as they go through the same loaded model, which the per-file cache
-    guarantees.
+    guarantees. A request with a ``seed`` gives that up: it reads its prompt afresh,
+    so the same prompt and seed sample the same reply whatever ran before.
 
     Args:
         path: the GGUF file; default the bundled SmolLM2-135M-Instruct.
@@ -476,6 +477,11 @@ class LocalModel(Model):
                     model=self.name,
                 ) from err
         with lock:
+            if request.seed is not None:
+                # A seeded request reads its prompt afresh: reusing the previous call's KV cache
+                # evaluates the last prompt token alone, whose logits differ in the last bits from
+                # a full read, so the same seed could sample another reply (issue 20: "matched").
+                llm.reset()
             try:
                 completion = llm.create_chat_completion(**kwargs)
             except Exception as err:  # noqa: BLE001 - llama.cpp raises ValueError/RuntimeError freely
