@@ -61,9 +61,10 @@ browser:
 		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
 		echo "chromium could not be installed: the browser tests of moot view will be skipped"
 
-# Retake the README's screenshots of moot view (docs/img/) with the browser tests.
+# Retake the README's screenshots of moot view (docs/img/) from real runs on the embedded model
+# (MODEL=openai:M with OPENAI_BASE_URL for a local server instead).
 screenshots: $(STAMP) browser
-	MOOT_UPDATE_SCREENSHOTS=1 $(BIN)/pytest -q tests/view/test_view_browser.py
+	$(BIN)/python docs/screenshots.py --model $(or $(MODEL),local)
 
 test: lint browser
 	$(BIN)/pytest -q -m "not langgraph_server"

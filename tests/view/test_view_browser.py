@@ -4,8 +4,8 @@ Playwright's own browser download cannot work offline, so the tests launch the
 system's ``chromium`` (``make test`` installs it with apt when it runs as root).
 Without the package or the browser they are skipped with the reason; never silently.
 
-Screenshots go to a temporary folder, or to ``docs/img/`` with
-``MOOT_UPDATE_SCREENSHOTS=1`` (``make screenshots``): the README shows those.
+Screenshots go to a temporary folder (the README's come from real runs: ``make screenshots``
+runs ``docs/screenshots.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from moot.transcript import Event, Turn  # noqa: E402
 from moot.view import create_app  # noqa: E402
 from runs.filled import XSS  # noqa: E402
 
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -99,9 +98,6 @@ def serve() -> Iterator[Callable[[Path], str]]:
 
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
-    if os.environ.get("MOOT_UPDATE_SCREENSHOTS") == "1":
-        DOCS_IMG.mkdir(parents=True, exist_ok=True)
-        return DOCS_IMG
     return tmp_path
 
 
@@ -320,3 +316,28 @@ def test_compare_shows_the_settings_that_differ_and_two_debates_turn_by_turn(
     assert XSS in critic.inner_text() and "this is not JSON at all" in critic.inner_text()
     assert "no such turn" in turns.inner_text()  # round 2 ran in A only
     assert page.dialogs == []
+
+
+def test_the_list_follows_a_running_run_with_what_the_store_holds(
+    page: Any, serve: Callable[[Path], str], tmp_path: Path
+) -> None:
+    from moot.models.base import Usage
+
+    path = tmp_path / "live.db"
+    store = RunStore(path)
+    with recording("run", title="A debate in progress", model="test:live", store=store) as rec:
+        base = serve(path)
+        page.goto(base + "/")
+        calls = page.locator("table#runs tr.status-running td.calls")
+        assert calls.inner_text() == "0"
+        turn = Turn(
+            speaker="affirmative",
+            round=1,
+            content={"message": "hello"},
+            usage=Usage(calls=1, prompt_tokens=90, completion_tokens=10),
+        )
+        rec.on_event(Event(kind="turn_completed", round=1, speaker="affirmative", turn=turn))
+        rec.flush()
+        page.wait_for_function(
+            "document.querySelector('table#runs td.calls').textContent.trim() === '1'", timeout=15_000
+        )

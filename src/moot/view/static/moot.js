@@ -26,6 +26,23 @@ function followLiveRun(body) {
   stream.addEventListener("end", () => { stream.close(); refresh(); body.dataset.live = "no"; });
 }
 
+// The run list while some run on it is going: its rows (calls, tokens, status) every 3 s, the
+// ticked boxes kept, until none is running.
+function followRunningRows(table) {
+  async function refresh() {
+    const response = await fetch(window.location.href, { headers: { Accept: "text/html" } });
+    if (!response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    const rows = fresh.querySelector("table#runs tbody");
+    if (!rows) return;
+    const picked = new Set([...table.querySelectorAll("input.pick:checked")].map((box) => box.value));
+    table.querySelector("tbody").replaceWith(rows);
+    rows.querySelectorAll("input.pick").forEach((box) => { box.checked = picked.has(box.value); });
+    if (rows.querySelector("tr.status-running")) setTimeout(refresh, 3000);
+  }
+  if (table.querySelector("tr.status-running")) setTimeout(refresh, 3000);
+}
+
 function setUpDelete(button) {
   button.addEventListener("click", async () => {
     const id = button.dataset.run;
@@ -49,6 +66,8 @@ document.addEventListener("DOMContentLoaded", () => {
   if (body && body.dataset.live === "yes") followLiveRun(body);
   const del = document.getElementById("delete-run");
   if (del) setUpDelete(del);
+  const runs = document.getElementById("runs");
+  if (runs) followRunningRows(runs);
   const cmp = document.getElementById("compare-picked");
   if (cmp) setUpCompare(cmp);
 });
