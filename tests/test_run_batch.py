@@ -66,6 +66,9 @@ def test_one_result_per_line_with_progress(
     captured = capsys.readouterr()
     assert captured.out == ""  # stdout stays free; the progress and the summary go to stderr
     assert "debates" in captured.err and "wrote 3 results" in captured.err
+    # Not a terminal: plain progress lines (every 10 s or 5% of the topics), the last at 3/3.
+    progress = [line for line in captured.err.splitlines() if line.startswith("debates: ")]
+    assert progress[-1].startswith("debates: 3/3 topics (100%), ") and len(progress) == 3
 
 
 def test_concurrency_one_runs_debates_one_at_a_time(model: FunctionModel, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ the output are skipped: a batch resumes where it stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from ..engine import Debate
 from ..errors import UsageError
 from ..transcript import DebateResult
 from . import _exit
-from ._console import progress_bar
+from ._console import ProgressLines, progress_bar
 from ._io import read_jsonl, read_text
 
 __all__ = ["TopicItem", "read_done", "read_topics", "run_batch"]
@@ -154,11 +155,16 @@ def run_batch(
 
     async def main() -> None:
         gate = asyncio.Semaphore(concurrency)
+        live = console.is_terminal  # in a log or a pipe a live bar shows nothing until the end
+        lines = ProgressLines(console, "debates", "topics")
+        lines.start(len(todo))
         with (
             output.open("a", encoding="utf-8") as out,
-            progress_bar(console, TextColumn("{task.fields[status]}")) as progress,
+            progress_bar(console, TextColumn("{task.fields[status]}"))
+            if live
+            else contextlib.nullcontext(None) as progress,
         ):
-            task = progress.add_task("debates", total=len(todo), status="")
+            task = progress.add_task("debates", total=len(todo), status="") if progress is not None else None
 
             async def one(item: TopicItem) -> None:
                 async with gate:
@@ -174,7 +180,10 @@ def run_batch(
                 out.flush()  # a killed batch keeps every finished line
                 results.append(result)
                 degraded = sum(_exit.for_debate(r) != 0 for r in results)
-                progress.update(task, advance=1, status=f"{degraded} fell back" if degraded else "")
+                if progress is not None and task is not None:
+                    progress.update(task, advance=1, status=f"{degraded} fell back" if degraded else "")
+                else:
+                    lines.advance()
 
             try:
                 await asyncio.gather(*(one(item) for item in todo))
