@@ -80,13 +80,13 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         log.close()
 
 
-def _moot(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _moot(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "moot", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
 
 
@@ -152,3 +152,33 @@ def test_unreachable_endpoint_does_not_fail_the_run(tmp_path: Path) -> None:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("moot: warning: cannot export traces"), done.stderr
     assert time.monotonic() - started < 2 + 15  # the exporter's own timeout, plus the process itself
+
+
+@pytest.mark.skipif(
+    not os.environ.get("MOOT_UPDATE_SCREENSHOTS"),
+    reason="MOOT_UPDATE_SCREENSHOTS=1 retakes docs/img/phoenix-trace.png",
+)
+def test_screenshot_of_a_debate_trace(phoenix: str, tmp_path: Path) -> None:
+    """The README's picture: an adversarial debate on the embedded model, in Phoenix's trace view."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = os.environ.get("MOOT_CHROMIUM") or "/usr/bin/chromium"
+    done = _moot(
+        ["run", TOPIC, "--protocol", "adversarial", "--json"],
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": phoenix, "MOOT_STORE": str(tmp_path / "r.db")},
+        timeout=1800,  # seven turns of the embedded model on a busy machine
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    spans = _spans_of(phoenix, result["id"], 1 + result["usage"]["calls"] * 2)
+    trace_id = spans[0]["context"]["trace_id"]
+    project = _get(f"{phoenix}/v1/projects")["data"][0]["id"]
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 860})
+        page.goto(f"{phoenix}/projects/{project}/traces/{trace_id}", wait_until="networkidle", timeout=60_000)
+        page.get_by_text("invoke_workflow adversarial").first.wait_for(timeout=30_000)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(Path(__file__).resolve().parents[1] / "docs" / "img" / "phoenix-trace.png"))
+        browser.close()

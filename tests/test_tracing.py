@@ -7,6 +7,7 @@ import json
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -388,3 +389,86 @@ def test_captured_content_is_redacted(
     assert "db.internal" in text  # the content is there...
     for secret in ("hunter2-PASS", "K-SECRET-1", "CTX-SECRET-2"):
         assert secret not in text  # ...its credentials are not
+
+
+# -- the pipelines through their own doors -------------------------------------------------------
+
+
+def _roots(finished: tuple[ReadableSpan, ...]) -> list[ReadableSpan]:
+    return [s for s in finished if s.parent is None]
+
+
+def _children(finished: tuple[ReadableSpan, ...], parent: ReadableSpan) -> list[ReadableSpan]:
+    return [s for s in finished if s.parent is not None and s.parent.span_id == parent.context.span_id]
+
+
+def test_a_bench_is_one_root_with_a_span_per_unit(observed: InMemorySpanExporter, tmp_path: Path) -> None:
+    from moot.bench.runner import BenchConfig, run_bench
+    from moot.models import resolve_model
+
+    config = BenchConfig(task="arithmetic", methods=["single", "answer"], n=3, concurrency=2)
+    run = asyncio.run(run_bench(config, model=resolve_model("test"), out=tmp_path / "b"))
+    finished = observed.get_finished_spans()
+    (root,) = _roots(finished)
+    assert root.name == "invoke_workflow moot.bench" and (root.attributes or {})["moot.units"] == 6
+    units = [s for s in _children(finished, root) if s.name.startswith("unit ")]
+    assert len(units) == len(run.records) == 6
+    assert {(s.attributes or {})["moot.part"] for s in units} == {"single", "answer"}
+    for unit in units:
+        (score,) = [e for e in unit.events if e.name == "gen_ai.evaluation.result"]
+        record = next(r for r in run.records if f"unit {r.item_id} {r.method}" == unit.name)
+        assert (score.attributes or {})["gen_ai.evaluation.score.value"] == float(record.correct)
+    debates = [s for s in _children(finished, root) if s.name == "invoke_workflow answer"]
+    assert len(debates) == 3  # the preset method's debates, one per item, under the bench
+
+
+def test_an_absa_sentence_is_a_root_with_its_steps(observed: InMemorySpanExporter) -> None:
+    from moot.absa import run_absa
+
+    asyncio.run(run_absa("The food was great but the service was slow.", model="test"))
+    finished = observed.get_finished_spans()
+    (root,) = _roots(finished)
+    assert root.name == "invoke_workflow moot.absa"
+    steps = [s for s in _children(finished, root) if s.name.startswith("step ")]
+    assert steps and all(s.end_time is not None for s in steps)
+    names = [str((s.attributes or {})["moot.step"]) for s in steps]
+    assert "debate" in names
+    (debate_step,) = [s for s in steps if (s.attributes or {})["moot.step"] == "debate"]
+    debates = [s for s in finished if s.name.startswith("invoke_workflow ") and s is not root]
+    assert debates and all(
+        d.parent is not None and d.parent.span_id == debate_step.context.span_id for d in debates
+    )
+
+
+def test_an_arbitration_is_a_root_with_a_debate_per_contradiction(observed: InMemorySpanExporter) -> None:
+    from moot.arbitration import arbitrate
+
+    reports = [
+        {"agent": "A", "findings": [{"metric": f"m{i}", "value": 1.0, "confidence": 0.9} for i in range(3)]},
+        {"agent": "B", "findings": [{"metric": f"m{i}", "value": 2.0, "confidence": 0.5} for i in range(3)]},
+    ]
+    result = asyncio.run(arbitrate(reports, model="test"))
+    assert result.contradictions_found == 3
+    finished = observed.get_finished_spans()
+    (root,) = _roots(finished)
+    assert root.name == "invoke_workflow moot.arbitrate"
+    debates = [s for s in _children(finished, root) if s.name.startswith("invoke_workflow ")]
+    assert len(debates) == 3
+
+
+def test_an_absa_batch_has_a_span_per_sentence_with_its_own_steps(observed: InMemorySpanExporter) -> None:
+    from moot.absa import run_absa_batch
+
+    sentences = ["The food was great.", "The service was slow.", "Nice view, bad coffee."]
+    asyncio.run(run_absa_batch(sentences, model="test", concurrency=3, ids=["s1", "s2", "s3"]))
+    finished = observed.get_finished_spans()
+    (root,) = _roots(finished)
+    assert root.name == "invoke_workflow moot.absa"
+    per_sentence = _children(finished, root)
+    assert sorted(s.name for s in per_sentence) == ["sentence s1", "sentence s2", "sentence s3"]
+    for sentence in per_sentence:
+        steps = _children(finished, sentence)
+        names = [str((s.attributes or {})["moot.step"]) for s in steps]
+        assert "debate" in names and len(names) == len(set(names))  # its own steps, once each
+        (debate_step,) = [s for s in steps if (s.attributes or {})["moot.step"] == "debate"]
+        assert [s.name.split()[0] for s in _children(finished, debate_step)] == ["invoke_workflow"]

@@ -37,6 +37,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -207,6 +208,8 @@ class DebateTracer:
         self.capture = capture_content() if capture is None else capture
         self.parent = parent
         """The context new runs nest under (None: the current one when a run starts)."""
+        self.parent_for: Callable[[], Context | None] | None = None
+        """Asked first, when a run starts, for the context it nests under (a pipeline's step)."""
         self._runs: dict[str, _Run] = {}
         self._handlers: Mapping[str, Callable[[Event], None]] = {
             "debate_started": self._started,
@@ -239,11 +242,16 @@ class DebateTracer:
             self._emit(run, debate_id, "invoke_workflow", attrs, time.time(), error=status)
 
     # -- events -----------------------------------------------------------------------------------
+    def _parent_now(self) -> Context | None:
+        found = self.parent_for() if self.parent_for is not None else None
+        if found is not None:
+            return found
+        return self.parent if self.parent is not None else self._context.get_current()
+
     def _run(self, event: Event, started: float) -> _Run:
         run = self._runs.get(event.debate_id)
         if run is None:
-            parent = self.parent if self.parent is not None else self._context.get_current()
-            run = self._runs[event.debate_id] = _Run(parent, started, None)
+            run = self._runs[event.debate_id] = _Run(self._parent_now(), started, None)
         return run
 
     def _started(self, event: Event) -> None:
@@ -280,8 +288,7 @@ class DebateTracer:
             return
         run = self._runs.pop(event.debate_id, None)
         if run is None:  # a skipped run: no debate_started, one span
-            parent = self.parent if self.parent is not None else self._context.get_current()
-            run = _Run(parent, result.timings.started_at or event.time, result.topic)
+            run = _Run(self._parent_now(), result.timings.started_at or event.time, result.topic)
         attrs = self._outcome(result)
         error = _fallback_kind(result.fallback) if result.fallback else None
         if error:
@@ -454,12 +461,28 @@ def trace_observer(start: observe.RunStart, options: Mapping[str, Any]) -> obser
     return TraceObserver(tracer)
 
 
+@dataclass
+class _Scope:
+    """Where a pipeline's steps and debates nest: the run's root, or one sentence of a batch."""
+
+    context: Context | None
+    span: Span | None = None
+    steps: dict[str, list[tuple[Span, Context]]] = field(default_factory=dict)
+    step: Context | None = None
+
+
+# The sentence of an ABSA batch that this task is running (each sentence runs in a task of its own,
+# its steps, debates and its unit_completed event all in it): (the observer's id, its scope).
+_SCOPE: ContextVar[tuple[int, _Scope] | None] = ContextVar("moot_trace_scope", default=None)
+
+
 class TraceObserver:
     """One run's spans (see the module docstring): an observer of :mod:`moot.observe`.
 
     A debate run's spans come from its own events; a pipeline run (``bench``, ``absa``,
     ``arbitrate``...) gets a root span of its own, made on :meth:`on_start` under the caller's
-    current span, with its debates, steps and units beneath it.
+    current span, with its debates, steps and units beneath it; in an ABSA batch each sentence
+    is a span of its own with its steps and debate.
     """
 
     def __init__(self, tracer: Tracer, *, capture: bool | None = None) -> None:
@@ -467,9 +490,11 @@ class TraceObserver:
 
         self._tracer, self._trace, self._context = tracer, trace, context
         self.debates = DebateTracer(tracer, capture=capture)
+        self.debates.parent_for = self._debate_parent
         self._root: Span | None = None
-        self._root_context: Context | None = None
-        self._steps: dict[str, list[tuple[Span, Context]]] = {}
+        self._single = _Scope(None)
+        self._batch = False
+        self._scopes: list[_Scope] = []
 
     def on_start(self, start: observe.RunStart) -> None:
         """Note the caller's context; open the root span of a pipeline run."""
@@ -492,7 +517,8 @@ class TraceObserver:
             kind=self._trace.SpanKind.INTERNAL,
             attributes=attrs,
         )
-        self._root_context = self.debates.parent = self._trace.set_span_in_context(self._root, parent)
+        self._single.context = self.debates.parent = self._trace.set_span_in_context(self._root, parent)
+        self._batch = start.kind == "absa" and start.config.get("batch") is True
 
     def on_event(self, event: Any) -> None:
         """One event: a debate's (spans of that debate), an ABSA step, a benchmark unit."""
@@ -505,7 +531,8 @@ class TraceObserver:
         elif kind == "step_completed":
             self._step_completed(event)
         elif kind in ("unit_completed", "unit_failed"):
-            self._unit(event)
+            if not self._sentence_done(event):
+                self._unit(event)
         elif kind == "bench_started" and self._root is not None:
             total = getattr(event, "data", {}).get("total")
             if isinstance(total, int):
@@ -514,11 +541,16 @@ class TraceObserver:
     def on_end(self, end: observe.RunEnd) -> None:
         """Close what is still open and end the root with the run's status."""
         self.debates.close(end.status if end.status in ("interrupted", "failed") else "interrupted")
-        for stack in self._steps.values():
-            for span, _ in stack:
-                span.set_status(self._trace.StatusCode.ERROR, end.status)
-                span.end()
-        self._steps.clear()
+        for scope in [self._single, *self._scopes]:
+            for stack in scope.steps.values():
+                for span, _ in stack:
+                    span.set_status(self._trace.StatusCode.ERROR, end.status)
+                    span.end()
+            scope.steps.clear()
+            if scope.span is not None:
+                scope.span.set_status(self._trace.StatusCode.ERROR, end.status)
+                scope.span.end()
+        self._scopes.clear()
         root = self._root
         if root is None:
             return
@@ -532,21 +564,43 @@ class TraceObserver:
         root.end()
 
     # -- pipeline events ------------------------------------------------------------------------
+    def _scope(self, create: bool) -> _Scope | None:
+        """The scope of the current task: the run's, or (a batch) the sentence this task runs."""
+        if not self._batch:
+            return self._single
+        held = _SCOPE.get()
+        if held is not None and held[0] == id(self):
+            return held[1]
+        if not create:
+            return None
+        span = self._tracer.start_span(
+            "sentence", context=self._single.context, kind=self._trace.SpanKind.INTERNAL
+        )
+        scope = _Scope(self._trace.set_span_in_context(span, self._single.context), span)
+        _SCOPE.set((id(self), scope))
+        self._scopes.append(scope)
+        return scope
+
+    def _debate_parent(self) -> Context | None:
+        scope = self._scope(False) or self._single
+        return scope.step or scope.context
+
     def _step_started(self, name: str) -> None:
-        parent = self._root_context
+        scope = self._scope(True) or self._single
         span = self._tracer.start_span(
             f"step {name}",
-            context=parent,
+            context=scope.context,
             kind=self._trace.SpanKind.INTERNAL,
             attributes={"moot.step": name},
         )
-        context = self._trace.set_span_in_context(span, parent)
-        self._steps.setdefault(name, []).append((span, context))
-        self.debates.parent = context  # a debate run by this step nests under it
+        scope.step = self._trace.set_span_in_context(span, scope.context)
+        scope.steps.setdefault(name, []).append(
+            (span, scope.step)
+        )  # a debate run by this step nests under it
 
     def _step_completed(self, event: Any) -> None:
-        name = str(getattr(event, "name", ""))
-        stack = self._steps.get(name)
+        scope = self._scope(False) or self._single
+        stack = scope.steps.get(str(getattr(event, "name", "")))
         if not stack:
             return
         span, _ = stack.pop(0)
@@ -558,7 +612,24 @@ class TraceObserver:
                 span.set_attribute("error.type", "step_failed")
                 span.set_status(self._trace.StatusCode.ERROR, "step_failed")
         span.end()
-        self.debates.parent = self._root_context
+        scope.step = None
+
+    def _sentence_done(self, event: Any) -> bool:
+        """A batch sentence's result: end its span (True), or False when this is no batch sentence."""
+        scope = self._scope(False) if self._batch else None
+        if scope is None or scope.span is None:
+            return False
+        unit = getattr(event, "unit", None)
+        scope.span.update_name(f"sentence {unit}")
+        scope.span.set_attribute("moot.unit", str(unit))
+        result = (getattr(event, "data", {}) or {}).get("result") or {}
+        if isinstance(result, Mapping) and result.get("errors"):
+            scope.span.set_attribute("error.type", "sentence_failed")
+            scope.span.set_status(self._trace.StatusCode.ERROR, "sentence_failed")
+        scope.span.end()
+        self._scopes.remove(scope)
+        _SCOPE.set(None)
+        return True
 
     def _unit(self, event: Any) -> None:
         data: Mapping[str, Any] = getattr(event, "data", {}) or {}
@@ -579,7 +650,7 @@ class TraceObserver:
             attrs["error.type"] = "unit_failed"
         span = self._tracer.start_span(
             f"unit {unit}" + (f" {part}" if part else ""),
-            context=self._root_context,
+            context=self._single.context,
             kind=self._trace.SpanKind.INTERNAL,
             attributes=attrs,
             start_time=_ns(started),
