@@ -52,7 +52,7 @@ from .engine import Debate, DebateRun, EventCallback
 from .human_review import HumanDecision, ReviewMode, ask_human, check_mode, require_checkpointer, run_once
 from .models import ModelLike, default_model_spec
 from .models.base import Usage
-from .observe import PipelineEvent, RunStart, observed
+from .observe import PipelineEvent, RunStart, degraded_status, observed
 from .schemas import Arbitration
 from .transcript import DebateResult, Turn
 
@@ -318,7 +318,7 @@ async def arbitrate(
             on_event=on_event,
         )
         failed = sum(1 for r in result.rulings if r.decision is None)
-        run.end("fell_back" if failed else "complete", result, summary={"failed": failed})
+        run.end(degraded_status(failed, len(result.rulings)), result, summary={"failed": failed})
     return result
 
 

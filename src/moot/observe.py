@@ -111,6 +111,7 @@ __all__ = [
     "RunStart",
     "annotate",
     "current",
+    "degraded_status",
     "end_status",
     "observed",
     "open_run",
@@ -266,6 +267,17 @@ def registered() -> tuple[str, ...]:
 def current() -> RunHandle | None:
     """The run observed in this context (a door's :func:`observed` block), or None."""
     return _current.get()
+
+
+def degraded_status(failed: int, total: int) -> EndStatus:
+    """How a batch run that finished ends, from its failed units: the status matches the exit code.
+
+    ``complete`` (exit 0) with none failed; ``failed`` (exit 1) when every unit failed, as against
+    an unreachable endpoint; ``fell_back`` (exit 1) when some did.
+    """
+    if failed <= 0:
+        return "complete"
+    return "failed" if failed >= total else "fell_back"
 
 
 def end_status(exc: BaseException) -> tuple[EndStatus | None, str | None]:

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from ..deadline import Deadline
 from ..models import default_model_spec, resolve_model
 from ..models.base import Model, Usage
-from ..observe import PipelineEvent, RunStart, observed
+from ..observe import PipelineEvent, RunStart, degraded_status, observed
 from .config import AbsaConfig
 from .dataset import GoldAspect, GoldItem, load_dataset
 from .metrics import BatchMetrics, compute_metrics
@@ -185,8 +185,8 @@ async def evaluate(
                 on_result(name, i, res)
 
         scores = await _evaluate(items, configs, mdl, concurrency, unit, timeout_s)
-        run.end(
-            "complete",
+        run.end(  # every sentence run failed: failed; some: fell_back (the CLI exits 1 for both)
+            degraded_status(sum(s.failed for s in scores.values()), sum(s.n for s in scores.values())),
             {name: s.model_dump(mode="json") for name, s in scores.items()},
             usage=Usage(calls=sum(s.calls for s in scores.values())),
             summary={name: s.f1 for name, s in scores.items()},

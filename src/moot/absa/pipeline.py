@@ -18,7 +18,7 @@ from ..deadline import Deadline, timeout_scope
 from ..errors import UsageError
 from ..models import default_model_spec, resolve_model, run_with_model
 from ..models.base import Model, Usage
-from ..observe import PipelineEvent, RunStart, observed
+from ..observe import PipelineEvent, RunStart, degraded_status, observed
 from ..transcript import DebateResult, Event
 from ._common import EventFn, ProgressFn, Recorder
 from .config import AbsaConfig, load_config
@@ -328,7 +328,7 @@ async def run_absa_batch(
         usage = sum((r.usage for r in results), Usage())
         failed = sum(r.failed for r in results)
         summary = {"sentences": len(results), "failed": failed}
-        run.end("fell_back" if failed else "complete", usage=usage, summary=summary)
+        run.end(degraded_status(failed, len(results)), usage=usage, summary=summary)
     return results
 
 

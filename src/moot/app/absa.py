@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..absa import FinalResult, load_config, run_absa_batch
 from ..models import Model, Usage, default_model_spec
-from ..observe import PipelineEvent, RunStart, observed
+from ..observe import PipelineEvent, RunStart, degraded_status, observed
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..scale import RayOptions
@@ -75,5 +75,5 @@ async def absa_batch(
         if batch.workers:  # how many sentences each worker did, and which died
             summary["workers"] = batch.workers
         usage = sum((r.usage for r in batch.results), Usage())
-        run.end("fell_back" if failed else "complete", usage=usage, summary=summary)
+        run.end(degraded_status(failed, len(batch.results)), usage=usage, summary=summary)
     return batch.results, batch.workers

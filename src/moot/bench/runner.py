@@ -46,7 +46,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no lock
     fcntl = None  # type: ignore[assignment]
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from .. import redact
 from ..errors import RunError, UsageError, error_text
@@ -62,6 +62,7 @@ __all__ = [
     "MAX_ITEMS",
     "RESULTS_FILE",
     "RUN_FILE",
+    "read_run_file",
     "BenchConfig",
     "BenchRun",
     "RunObserver",
@@ -107,6 +108,44 @@ class BenchConfig(BaseModel):
     """ABSA: leave out aspects labelled ``conflict`` (counted in the report) instead of scoring the class."""
     max_errors: int = Field(10, ge=1)
     """Stop taking new units after this many failed ones in a row (a dead endpoint)."""
+
+
+def _field_errors(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:4]:
+        field = ".".join(str(p) for p in err["loc"]) or "(the object)"
+        if err["type"] == "missing":
+            parts.append(f"field {field!r} is missing")
+        else:
+            parts.append(f"field {field!r}: {err['msg']} (found {err.get('input')!r})")
+    return "; ".join(parts)
+
+
+def read_run_file(path: Path) -> dict[str, Any]:
+    """A bench folder's ``run.json``, checked: a JSON object whose settings make a :class:`BenchConfig`.
+
+    Raises:
+        UsageError: unreadable, not JSON, not an object, or a setting missing or of the wrong
+            type (the file and the field named).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else "not UTF-8 text"
+        raise UsageError(f"cannot read {path}: {reason}") from None
+    if not text.strip():
+        raise UsageError(f"{path} is empty (a bench run.json holds the run's settings)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} must hold a JSON object (the run's settings), not a {type(data).__name__}")
+    try:
+        BenchConfig.model_validate({k: v for k, v in data.items() if k in BenchConfig.model_fields})
+    except ValidationError as exc:
+        raise UsageError(f"{path}: {_field_errors(exc)} (not a run.json as moot bench writes it)") from None
+    return data
 
 
 def expand_methods(methods: Iterable[str], matched: bool = False) -> list[MethodSpec]:
@@ -237,12 +276,7 @@ def _check_resume(out: Path, config: BenchConfig, resume: bool) -> None:
     if has_results and not resume:
         raise UsageError(f"{out} already holds results; pass --resume to continue that run, or another --out")
     if resume and meta.is_file():
-        try:
-            old: dict[str, Any] = json.loads(meta.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            raise UsageError(
-                f"{meta} is not valid JSON; cannot check that --resume continues the same run"
-            ) from None
+        old = read_run_file(meta)
         for key in _FINGERPRINT:
             mine = getattr(config, key)
             # run.json holds the model spec with its URL credentials masked: compare masked forms.

@@ -8,13 +8,12 @@ other difference is an error naming both values, never a silent change.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import redact
-from ..bench.runner import RUN_FILE, BenchConfig
+from ..bench.runner import RUN_FILE, BenchConfig, read_run_file
 from ..errors import UsageError
 from ..runs import RunStore
 
@@ -36,6 +35,7 @@ RECORDED_OPTIONS = {
     "max_tokens": "max-tokens",
     "matched": "matched",
     "max_errors": "max-errors",
+    "exclude_conflict": "exclude-conflict",
 }
 """Config field -> its option name (without ``--``): what a resume takes from the record."""
 
@@ -64,10 +64,7 @@ def find_resume(target: str, store: RunStore | None) -> Resumed:
         meta = path / RUN_FILE
         if not meta.is_file():
             raise UsageError(f"--resume {target}: no {RUN_FILE} in that folder, so nothing to resume")
-        try:
-            data = json.loads(meta.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            raise UsageError(f"{meta} is not valid JSON; cannot resume from it") from None
+        data = read_run_file(meta)
         run_id = None
         if store is not None:  # continue the store's record of this folder, if it has one
             where = str(path.resolve())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -24,14 +24,34 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.segment import Segment
 from rich.table import Table
+
+from ._safe import has_controls, strip_controls
 
 __all__ = ["ProgressLines", "make_console", "print_table", "progress_bar"]
 
 
+class _SafeConsole(Console):
+    """A Console that drops control and escape sequences from every piece of text it writes.
+
+    Text from outside should already pass :func:`moot.cli._safe.clean` where it is put in;
+    this catches what was not (a file name in an f-string). rich's own styling and control
+    segments (cursor moves of the progress bar) are kept: they are not text.
+    """
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            Segment(strip_controls(seg.text), seg.style, seg.control)
+            if not seg.control and has_controls(seg.text)
+            else seg
+            for seg in buffer
+        )
+
+
 def make_console(*, stderr: bool = False, quiet: bool = False, width: int | None = None) -> Console:
-    """A rich Console for the CLI: no emoji codes, no automatic highlighting."""
-    return Console(stderr=stderr, quiet=quiet, width=width, emoji=False, highlight=False)
+    """A rich Console for the CLI: no emoji codes, no automatic highlighting, no control sequences in text."""
+    return _SafeConsole(stderr=stderr, quiet=quiet, width=width, emoji=False, highlight=False)
 
 
 def progress_bar(console: Console, *extra: ProgressColumn) -> Progress:

@@ -42,7 +42,7 @@ from ._io import (
     allow_outside,
     check_output_dir,
 )
-from ._safe import clean
+from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["BUILTIN_DATA", "absa_eval_cmd", "register"]
@@ -233,6 +233,7 @@ def absa_eval_cmd(
     created = out is not None and not out.exists()
     predictions = _open_predictions(out)
     cut: list[tuple[str, int]] = []
+    first_error: list[str] = []  # shown when sentences fail: why, once
     recorded = {"data": data, "limit": limit, "model": model, "exclude_conflict": exclude_conflict}
     try:
         with (
@@ -243,6 +244,9 @@ def absa_eval_cmd(
             def done(name: str, i: int, res: FinalResult) -> None:
                 if "deadline" in res.errors:
                     cut.append((name, i))
+                if res.errors and not first_error:
+                    stage, error = next(iter(res.errors.items()))
+                    first_error.append(f"{stage}: {error}")
                 if predictions is not None:
                     line = prediction(name, items[i], res)
                     predictions.write(json.dumps(line, ensure_ascii=False) + "\n")
@@ -273,6 +277,7 @@ def absa_eval_cmd(
                 }
                 for name, s in scores.items()
             }
+            code = _exit.DEGRADED if cut else _exit.for_eval(scores.values())
     except BaseException:
         if predictions is not None and out is not None:
             predictions.close()
@@ -294,4 +299,12 @@ def absa_eval_cmd(
             f"[yellow]timeout:[/] {len(cut)} sentence runs unfinished after --timeout {timeout:g} s "
             "were scored failed"
         )
-        raise typer.Exit(_exit.DEGRADED)
+    failed = sum(s.failed for s in scores.values())
+    if failed:
+        total = sum(s.n for s in scores.values())
+        why = f"; first: {markup(first_error[0])}" if first_error else ""
+        console.print(
+            f"[yellow]degraded:[/] {failed} of {total} sentence runs failed and were scored wrong{why}"
+        )
+    if code != _exit.COMPLETE:
+        raise typer.Exit(code)

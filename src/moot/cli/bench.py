@@ -34,6 +34,7 @@ from ..bench.runner import (
     RunObserver,
     expand_methods,
     load_records,
+    read_run_file,
     run_bench,
 )
 from ..bench.tasks import make_task
@@ -49,7 +50,7 @@ from ._bench_store import (
 )
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import ProgressLines, make_console, print_table
-from ._io import MAX_CONCURRENCY, check_output_dir, read_json
+from ._io import MAX_CONCURRENCY, check_output_dir
 from ._ray_options import RayOption, RayWorkersOption, ray_options
 from ._safe import markup
 from ._store_options import NoStoreOption, StoreOption
@@ -134,9 +135,7 @@ def _report_only(out: Path) -> BenchRun:
     meta = out / RUN_FILE
     if not meta.is_file():
         raise UsageError(f"no {RUN_FILE} in {out}: nothing to report")
-    data = read_json(meta, "bench run file")
-    if not isinstance(data, dict):
-        raise UsageError(f"{meta} must hold a JSON object (the run's settings), not a {type(data).__name__}")
+    data = read_run_file(meta)
     config = BenchConfig.model_validate({k: v for k, v in data.items() if k in BenchConfig.model_fields})
     specs = expand_methods(config.methods, config.matched)
     task = make_task(config.task, exclude_conflict=config.exclude_conflict)
@@ -284,11 +283,13 @@ def bench(
     if report_only:
         run = _report_only(out_dir)
     else:
-        config = BenchConfig.model_validate(fields | {"concurrency": concurrency})
+        if resumed is None or _given(ctx, "concurrency") or "concurrency" not in fields:
+            fields["concurrency"] = concurrency  # a resume keeps the recorded one unless given
+        config = BenchConfig.model_validate(fields)
         # Bad methods or data fail here, as one line, not inside the progress display.
         expand_methods(config.methods, config.matched)
         make_task(config.task, exclude_conflict=config.exclude_conflict).items(config.n, config.seed)
-        ray = ray_options(ray_address, ray_workers, concurrency)
+        ray = ray_options(ray_address, ray_workers, config.concurrency)
         if ray is None:  # with --ray the model is built on each worker, never loaded here
             from ..models import resolve_model
 
