@@ -84,11 +84,15 @@ def test_absa_unreachable_exits_1_with_the_result(capsys: pytest.CaptureFixture[
     assert res.errors and all("connection refused" in e for e in res.errors.values())
 
 
-def test_absa_batch_unreachable_exits_1(tmp_path: Path) -> None:
+def test_absa_batch_unreachable_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     inp.write_text(json.dumps({"sentence": "The soup was cold."}) + "\n")
     assert main(["absa", "--input", str(inp), "--output", str(out), "--model", "down:x"]) == 1
     assert len(out.read_text().splitlines()) == 1
+    # A batch shows no trace: the failed sentence is said once, as it happens.
+    warnings = [x for x in capsys.readouterr().err.splitlines() if x.startswith("moot: warning:")]
+    assert len(warnings) == 1 and "connection refused" in warnings[0]
+    assert warnings[0].startswith('moot: warning: sentence "1": ate failed: ModelConnectionError: ')
 
 
 def test_arbitrate_unreachable_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
@@ -35,7 +37,7 @@ from ..models import Model, run_with_model
 from ..observe import annotate
 from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
-from ._console import make_console, print_table, progress_bar
+from ._console import ProgressLines, make_console, print_table, progress_bar
 from ._io import (
     MAX_CONCURRENCY,
     AllowOutsideOption,
@@ -53,6 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only with --ray
     from ..scale import RayOptions
 
 __all__ = ["read_inputs", "register"]
+
+logger = logging.getLogger(__name__)
 
 
 def read_inputs(path: Path) -> list[tuple[str, str]]:
@@ -125,8 +129,11 @@ async def _batch(
     timeout: float | None = None,
 ) -> tuple[list[FinalResult], list[dict[str, Any]]]:
     """Run the batch, here or on Ray workers; the results in input order and the per-worker counts."""
-    with progress_bar(console) as progress:
-        task = progress.add_task("absa", total=len(items))
+    lines = ProgressLines(console, "absa", "sentences")
+    lines.start(len(items))
+    # In a log or a pipe a live bar shows nothing until the end: plain lines there instead.
+    with progress_bar(console) if console.is_terminal else contextlib.nullcontext(None) as progress:
+        task = progress.add_task("absa", total=len(items)) if progress is not None else None
 
         def write(i: int, res: FinalResult) -> None:
             # One line per finished sentence, flushed at once, so an interrupted batch keeps its work.
@@ -134,7 +141,15 @@ async def _batch(
                 json.dumps({"id": items[i][0], **res.model_dump(mode="json")}, ensure_ascii=False) + "\n"
             )
             out.flush()
-            progress.advance(task)
+            if res.errors:  # a batch shows no trace: a failed step is said as it happens
+                step, error = next(iter(res.errors.items()))
+                more = f" (and {len(res.errors) - 1} more)" if len(res.errors) > 1 else ""
+                key = json.dumps(items[i][0], ensure_ascii=False)
+                logger.warning("sentence %s: %s failed: %s%s", key, step, error, more)
+            if progress is not None and task is not None:
+                progress.advance(task)
+            else:
+                lines.advance()
 
         return await absa_batch(
             [s for _, s in items],
