@@ -85,6 +85,12 @@ def test_moot_bench_twice_with_cache_serves_nothing_and_gives_the_same_units(
     second = bench(tmp_path / "b")
     assert served > 0 and server.requests == served
     assert len(first) == 60 and first == second
+    # Served from the cache is neither a call nor a saved call, and the report says which it was.
+    rows = [json.loads(line) for line in (tmp_path / "b" / "results.jsonl").read_text().splitlines()]
+    assert sum(r["calls"] for r in rows) == 0 and 0 < sum(r["cached"] for r in rows) <= served
+    report = (tmp_path / "b" / "report.md").read_text()
+    assert "calls saved" not in report and f"{served} replies served from the response cache" not in report
+    assert "replies served from the response cache (0 calls served by the model)" in report
 
 
 def test_moot_arbitrate_and_absa_twice_with_cache(
@@ -153,6 +159,8 @@ def test_cache_stats_prune_clear(
     assert "removed 0 entries" in capsys.readouterr().out
     assert main(["cache", "clear", "--yes", "--cache-file", str(cache)]) == 0
     assert "removed 5 entries" in capsys.readouterr().out
-    assert main(["cache", "stats", "--cache-file", str(tmp_path / "none.db")]) == 2
+    assert main(["cache", "stats", "--cache-file", str(tmp_path / "none.db")]) == 0
+    assert "no cache yet" in capsys.readouterr().out and not (tmp_path / "none.db").exists()
+    assert main(["cache", "clear", "--yes", "--cache-file", str(tmp_path / "none.db")]) == 2
     assert main(["run", "Why?", "--model", "openai:m", "--cache", "--cache-expiry", "soon"]) == 2
     assert "not an age" in capsys.readouterr().err

@@ -16,8 +16,7 @@ from moot.errors import ReplayMissingError, UsageError
 from moot.models.openai import OpenAIModel
 from moot.models.testing import ReplayModel, SchemaModel
 from moot.runs import RunStore
-
-pytestmark = pytest.mark.integration
+from moot.transcript import DebateResult
 
 TOPIC = "Remote work makes teams more productive."
 
@@ -47,6 +46,7 @@ def recorded(tmp_path: Path) -> Any:
         yield server, store, run_id, result, model
 
 
+@pytest.mark.integration
 def test_replay_sends_no_request_and_gives_the_same_result(recorded: Any) -> None:
     server, store, run_id, original, _ = recorded
     served = server.requests
@@ -62,6 +62,7 @@ def test_replay_sends_no_request_and_gives_the_same_result(recorded: Any) -> Non
     assert {t.model for t in again.turns(include_judge=True)} == recorded_models == {"replay:openai:fake"}
 
 
+@pytest.mark.integration
 def test_another_decision_rule_is_computed_from_the_recorded_turns(recorded: Any) -> None:
     server, store, run_id, original, _ = recorded
     served = server.requests
@@ -74,6 +75,7 @@ def test_another_decision_rule_is_computed_from_the_recorded_turns(recorded: Any
     assert [t.content for t in again.turns()] == [t.content for t in original.turns()]
 
 
+@pytest.mark.integration
 def test_a_reply_the_record_does_not_hold_is_an_error_naming_it(recorded: Any) -> None:
     server, store, run_id, _, _ = recorded
     served = server.requests
@@ -89,6 +91,7 @@ def test_a_reply_the_record_does_not_hold_is_an_error_naming_it(recorded: Any) -
     assert four.failed_turns == 3  # the round the record never had; rounds 1-3 replayed
 
 
+@pytest.mark.integration
 def test_replay_until_a_round_then_live(recorded: Any) -> None:
     server, store, run_id, original, model = recorded
     served = server.requests
@@ -119,6 +122,7 @@ def _cli_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return code, json.loads(captured.out)
 
 
+@pytest.mark.integration
 def test_moot_run_from_replay_and_replay_until(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -197,3 +201,20 @@ def test_moot_run_from_replay_and_replay_until(
     assert {"from_run": run_id, "until_round": 1} in replays
     assert main(["run", TOPIC, "--replay", "--model", "test"]) == 2
     assert "give --from RUN_ID" in capsys.readouterr().err
+
+
+RECORDED = Path(__file__).parent / "data" / "recorded_adversarial_local.json"
+"""A real ``moot run ... --protocol adversarial --json`` on the embedded model (SmolLM2), as recorded."""
+
+
+def test_a_recorded_real_debate_is_a_regression_test_with_no_server_or_model() -> None:
+    # Not an integration test: real model requests are blocked here, and none is needed.
+    recorded = DebateResult.model_validate_json(RECORDED.read_text())
+    replay = ReplayModel.from_result(recorded)
+    result = Debate("adversarial", model=replay).run_sync(recorded.topic)
+    assert result.final_answer == recorded.final_answer == "OPPOSE"
+    assert result.decision == recorded.decision
+    assert [t.content for t in result.turns(include_judge=True)] == [
+        t.content for t in recorded.turns(include_judge=True)
+    ]
+    assert result.usage.calls == 0 and result.usage.cached == recorded.usage.calls == 6

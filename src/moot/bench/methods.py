@@ -347,6 +347,7 @@ def _record(
         lenient=lenient,
         rounds=rounds,
         calls=usage.calls,
+        cached=usage.cached,
         nominal_calls=spec.nominal_calls,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,

@@ -52,7 +52,9 @@ class ItemRecord(BaseModel):
     rounds: list[list[AgentAnswer]] = Field(default_factory=list)
     """Every agent's answer at every round that ran (round 0 first)."""
     calls: int = 0
-    """Model calls actually made."""
+    """Model calls actually made (requests a model served)."""
+    cached: int = 0
+    """Replies served from the response cache (``--cache``): no model call, never "saved"."""
     nominal_calls: int = 0
     """Calls the method makes without early stopping."""
     prompt_tokens: int = 0

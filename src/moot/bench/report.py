@@ -160,6 +160,10 @@ def _extras(report: Report) -> list[str]:
         if m.calls_saved:
             share = m.calls_saved / m.nominal_calls if m.nominal_calls else 0.0
             bits.append(f"{m.stopped_early} items stopped early, {m.calls_saved} calls saved ({_pct(share)})")
+        if m.cached:
+            bits.append(
+                f"{m.cached} replies served from the response cache ({m.calls} calls served by the model)"
+            )
         if m.replies:
             bits.append(
                 f"{_pct(m.replies_in_format / m.replies)} of replies used the requested answer format"

@@ -57,6 +57,11 @@ class MethodSummary:
     wall_s: float
     stopped_early: int
     notes: int
+    cached: int = 0
+    """Replies served from the response cache (no model call)."""
+    saved_by_early_stop: int = 0
+    """Nominal calls minus calls made and cached, over the items that stopped early only: a
+    vote whose K samples came in one ``n=K`` request, or a reply from the cache, saved nothing."""
 
     @property
     def accuracy(self) -> float:
@@ -95,8 +100,8 @@ class MethodSummary:
 
     @property
     def calls_saved(self) -> int:
-        """Nominal calls minus calls made."""
-        return max(0, self.nominal_calls - self.calls)
+        """Calls the items that stopped early did not make (see :attr:`saved_by_early_stop`)."""
+        return self.saved_by_early_stop
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,10 @@ def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
         replies_in_format=sum(a.in_format for a in replies),
         replies_truncated=sum(a.finish == "length" for a in replies),
         calls=sum(r.calls for r in records),
+        cached=sum(r.cached for r in records),
+        saved_by_early_stop=sum(
+            max(0, r.nominal_calls - r.calls - r.cached) for r in records if r.stopped_early
+        ),
         nominal_calls=sum(r.nominal_calls for r in records),
         prompt_tokens=sum(r.prompt_tokens for r in records),
         completion_tokens=sum(r.completion_tokens for r in records),

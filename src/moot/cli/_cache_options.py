@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ..errors import UsageError
 from ..models.cache import activate_cache, open_cache, parse_age
 
 __all__ = ["CacheExpiryOption", "CacheFileOption", "CacheOption", "apply_cache_options"]
@@ -33,13 +34,19 @@ CacheExpiryOption = Annotated[
 ]
 
 
-def apply_cache_options(cache: bool, cache_file: Path | None, expiry: str | None) -> None:
+def apply_cache_options(
+    cache: bool, cache_file: Path | None, expiry: str | None, *, ray_address: str | None = None
+) -> None:
     """Open the cache the options ask for and make it the command's (no-op without them).
 
     Raises:
-        UsageError: a bad ``--cache-expiry``, or a file that is not a moot response cache.
+        UsageError: a bad ``--cache-expiry``, a file that is not a moot response cache, or
+            ``--cache`` with ``--ray`` (Ray workers are processes of their own, maybe on other
+            machines: they would not see this process's cache).
     """
     expiry_s = parse_age(expiry) if expiry is not None else None
     if not cache and cache_file is None:
         return
+    if ray_address is not None:
+        raise UsageError("--cache works within one process: it cannot be combined with --ray")
     activate_cache(open_cache(cache_file if cache_file is not None else True, expiry_s=expiry_s))

@@ -245,7 +245,7 @@ def register(app: typer.Typer) -> None:
 
         Exit code: 0 complete, 1 a sentence had failed calls or hit --timeout, 2 usage error.
         """
-        apply_cache_options(cache, cache_file, cache_expiry)
+        apply_cache_options(cache, cache_file, cache_expiry, ray_address=ray_address)
         allow_outside(allow_outside_paths)
         if sentence is not None:
             check_text(sentence, "the sentence")

@@ -251,7 +251,7 @@ def bench(
     Exit codes: 0 complete; 1 incomplete (failed units, --timeout);
     2 usage error (bad option or data, --out in use); 130 Ctrl-C or SIGTERM.
     """
-    apply_cache_options(cache, cache_file, cache_expiry)
+    apply_cache_options(cache, cache_file, cache_expiry, ray_address=ray_address)
     console = make_console(stderr=True)
     given = {f: _given(ctx, f) for f in RECORDED_OPTIONS}
     given["methods"] = any(_given(ctx, f) for f in _METHOD_FLAGS)

@@ -43,6 +43,14 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     ) -> None:
         """Entries, bytes on disk, the oldest and newest entry, entries per model."""
+        target = cache_file if cache_file is not None else default_cache_path()
+        if not target.exists():  # nothing cached yet: say so, create nothing
+            typer.echo(
+                json.dumps({"path": str(target), "entries": 0, "bytes": 0})
+                if as_json
+                else f"{target}: no cache yet (0 entries)"
+            )
+            return
         s = _open(cache_file).stats()
         if as_json:
             data = {

@@ -175,6 +175,7 @@ def _summary(console: Console, result: DebateResult) -> None:
     u = result.usage
     # Requests sent beyond the answered calls (retries, unanswered) are what a server log shows too.
     sent = f" ({u.attempts} requests sent)" if u.attempts != u.calls else ""
+    sent += f" · {u.cached} replies from the cache" if u.cached else ""
     cancelled = f" · {result.cancelled_turns} cancelled" if result.cancelled_turns else ""
     table.add_row(
         "usage",
