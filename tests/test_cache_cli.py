@@ -132,7 +132,7 @@ def test_two_processes_share_one_cache_file(server: FaultServer, tmp_path: Path)
         subprocess.Popen([*argv, "--out", str(tmp_path / f"out{i}")], stderr=subprocess.PIPE, text=True)
         for i in range(2)
     ]
-    errors = [p.communicate(timeout=120)[1] for p in procs]
+    errors = [p.communicate(timeout=600)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     with sqlite3.connect(cache) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -140,7 +140,7 @@ def test_two_processes_share_one_cache_file(server: FaultServer, tmp_path: Path)
     # Whatever either process stored is whole: a third run finds every reply there.
     served = server.requests
     third = subprocess.run(
-        [*argv, "--out", str(tmp_path / "out3")], capture_output=True, text=True, timeout=120
+        [*argv, "--out", str(tmp_path / "out3")], capture_output=True, text=True, timeout=600
     )
     assert third.returncode == 0, third.stderr
     assert server.requests == served
