@@ -333,6 +333,8 @@ def _version_2_store(path: Path) -> None:
     )
     turn = {"turn": {"content": {"message": "Oolong\nsteeps longer than sencha"}}}
     db.execute("INSERT INTO events VALUES ('ab12cd34', 1, 1.0, 'turn_completed', ?)", (json.dumps(turn),))
+    sent = {"rounds": [{"turns": [{"sent": [{"role": "user", "content": "Darjeeling first flush"}]}]}]}
+    db.execute("UPDATE runs SET result = ? WHERE id = 'ab12cd34'", (json.dumps(sent),))
     db.commit()
     db.close()
 
@@ -385,6 +387,7 @@ def test_an_older_store_is_indexed_on_first_open_even_by_a_reader(tmp_path: Path
     with RunStore(path, must_exist=True) as store:
         assert store.schema_version == SCHEMA_VERSION
         assert [r.id for r in store.list(search="sencha")] == ["ab12cd34"]
+        assert [r.id for r in store.list(search="darjeeling")] == ["ab12cd34"]  # in a prompt it was sent
 
 
 def test_a_read_only_older_store_is_read_as_it_is_with_title_search(
@@ -403,3 +406,18 @@ def test_a_read_only_older_store_is_read_as_it_is_with_title_search(
         assert store.list(search="sencha") == []
     with pytest.raises(UsageError, match="not a usable run store"):
         RunStore(path)  # a writer must upgrade
+
+
+def test_search_finds_words_that_reached_the_model_only_in_a_prompt(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs.db")
+    debate = Debate("answer", model=_answer_model(), store=store)
+    result = debate.run_sync("Is tea good?", context={"docs": ["Quercetin levels in oolong"]})
+    assert any("Quercetin" in m.content for t in result.turns() for m in (t.sent or []))
+    (run,) = store.list()
+    events = " ".join(json.dumps(e.data) for e in store.events(run.id))
+    assert "Quercetin" not in events  # said only in the prompts
+    assert [r.id for r in store.list(search="quercetin")] == [run.id]
+    joined = (
+        "SELECT COUNT(*) FROM search JOIN search_docs d ON d.doc = search.rowid AND d.run_id = search.run_id"
+    )
+    assert store._execute(joined).fetchone()[0] == store._execute("SELECT COUNT(*) FROM search").fetchone()[0]

@@ -341,3 +341,23 @@ def test_the_list_follows_a_running_run_with_what_the_store_holds(
         page.wait_for_function(
             "document.querySelector('table#runs td.calls').textContent.trim() === '1'", timeout=15_000
         )
+
+
+def test_the_transcript_of_a_turn_shows_what_its_speaker_was_sent(
+    filled: dict[str, str], page: Any, serve: Callable[[Path], str], shots: Path
+) -> None:
+    base = serve(Path(os.environ["MOOT_STORE"]))
+    page.goto(f"{base}/runs/{filled['debate']}")
+    critic = page.locator('.turn[data-speaker="critical"][data-round="2"]')
+    transcript = critic.locator("details.transcript")
+    assert not transcript.locator("ol.messages").is_visible()  # collapsed until asked for
+    transcript.locator("summary").first.click()
+    shown = transcript.inner_text()
+    assert "Provide a skeptical, alternative perspective" in shown  # the critic's persona, as sent
+    assert "critical [turn, round 1]: I disagree" in shown  # the history it was shown
+    assert "shared prompt #1 (above)" in shown and "parsed content" in shown.lower()
+    # The system prompt every turn was sent is on the page once, above the timeline.
+    assert page.locator("details.shared-prompts").count() == 1
+    assert page.content().count("You are one of two agents improving an answer") == 1
+    assert page.dialogs == []  # the <script> in the history is text
+    _shot(page, shots, "view-transcript.png")

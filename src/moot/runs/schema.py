@@ -30,6 +30,11 @@ _INDEX_EVERY = (
     "FROM json_tree(new.data) WHERE type = 'text'"
 )
 _DOC = "INSERT OR REPLACE INTO search_docs (doc, run_id) VALUES (last_insert_rowid(), {run})"
+_PROMPT_TEXT = (
+    "SELECT group_concat(DISTINCT value) FROM json_tree({result}) "
+    "WHERE type = 'text' AND key = 'content' AND path LIKE '%.sent[%'"
+)
+_PROMPTS = "INSERT INTO search (run_id, body) SELECT {run}, (" + _PROMPT_TEXT + ")"
 _INDEX_ALL = (
     "INSERT INTO search (run_id, body) SELECT run_id, body FROM "
     "(SELECT run_id, (SELECT group_concat(value, ' ') FROM json_tree(data) WHERE type = 'text') AS body "
@@ -137,6 +142,18 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX runs_model ON runs (model, started_at DESC)",
         "CREATE INDEX runs_cost ON runs ((prompt_tokens + completion_tokens) DESC, started_at DESC)",
         "CREATE INDEX runs_score ON runs (score IS NULL, score DESC, started_at DESC)",
+    ],
+    # v5: the prompts too. A result keeps each turn's messages as sent (``sent``: system prompt,
+    # history, task); when a run stores its result, each distinct message text becomes one search
+    # row, so words that reached a model only in a prompt (a context document) find the run.
+    5: [
+        "CREATE TRIGGER search_prompts AFTER UPDATE OF result ON runs WHEN new.result IS NOT NULL BEGIN "
+        f"{_PROMPTS.format(run='new.id', result='new.result')}; {_DOC.format(run='new.id')}; END",
+        "INSERT INTO search (run_id, body) SELECT id, body FROM "
+        f"(SELECT id, ({_PROMPT_TEXT.format(result='result')}) AS body FROM runs WHERE result IS NOT NULL) "
+        "WHERE body IS NOT NULL",
+        "INSERT OR REPLACE INTO search_docs (doc, run_id) SELECT rowid, run_id FROM search "
+        "WHERE rowid NOT IN (SELECT doc FROM search_docs)",
     ],
 }
 """Schema version -> the statements that bring version ``n - 1`` to ``n``."""
