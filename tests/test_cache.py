@@ -169,3 +169,35 @@ def test_open_cache_reads_the_environment_for_true(tmp_path: Path, monkeypatch: 
     assert open_cache(cache) is cache
     with pytest.raises(UsageError):
         parse_age("soon")
+
+
+def test_the_python_doors_take_cache(tmp_path: Path) -> None:
+    import json as _json
+
+    from moot.absa import run_absa_batch
+    from moot.absa.pipeline import run_absa
+    from moot.arbitration import arbitrate
+
+    reports = _json.loads((Path(__file__).parents[1] / "examples" / "inputs" / "reports.json").read_text())
+    with FaultServer(lambda n, body, headers: Fate(content=schema_reply(body))) as server:
+        model = OpenAIModel("m", base_url=server.url, api_key="k")
+        cache = tmp_path / "c.db"
+
+        async def doors() -> None:
+            await run_absa("The pasta was great but the waiter was rude.", model=model, cache=cache)
+            await run_absa_batch(["Good soup.", "Cold fries."], model=model, cache=cache)
+            await arbitrate(reports, model=model, cache=cache)
+
+        async def twice() -> list[int]:
+            counts = []
+            try:
+                for _ in range(2):
+                    before = server.requests
+                    await doors()
+                    counts.append(server.requests - before)
+            finally:
+                await model.aclose()
+            return counts
+
+        first, second = asyncio.run(twice())
+    assert first > 0 and second == 0

@@ -52,6 +52,7 @@ from .engine import Debate, DebateRun, EventCallback
 from .human_review import HumanDecision, ReviewMode, ask_human, check_mode, require_checkpointer, run_once
 from .models import ModelLike, default_model_spec
 from .models.base import Usage
+from .models.cache import cache_scope
 from .observe import PipelineEvent, RunStart, degraded_status, observed
 from .schemas import Arbitration
 from .transcript import DebateResult, Turn
@@ -252,6 +253,7 @@ async def arbitrate(
     deadline: Deadline | None = None,
     on_event: EventCallback | None = None,
     store: Any = None,
+    cache: Any = None,
 ) -> ArbitrationResult:
     """Detect contradictions, arbitrate each with one call, and build the consensus.
 
@@ -277,7 +279,12 @@ async def arbitrate(
         store: record the arbitration in a run store: a store file, an open
             :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` / ``./.moot/runs.db``, or None
             (the default: ``debate``'s store, if any).
+        cache: answer model requests from a response cache (:mod:`moot.models.cache`): a cache
+            file, a ``ResponseCache``, or True for ``$MOOT_CACHE`` / ``./.moot/cache.db``; None
+            (the default: ``debate``'s cache, if any).
     """
+    if cache is None and debate is not None:
+        cache = debate.cache
     parsed = [r if isinstance(r, AgentReport) else AgentReport.model_validate(r) for r in reports]
     spec = (
         model
@@ -306,17 +313,18 @@ async def arbitrate(
             run.emit(PipelineEvent(kind="progress", data=payload))
             await _notify(on_progress, *args)
 
-        result = await _arbitrate(
-            parsed,
-            model=model,
-            concurrency=concurrency,
-            on_progress=progress,
-            debate=debate,
-            source_authority=source_authority,
-            timeout_s=timeout_s,
-            deadline=deadline,
-            on_event=on_event,
-        )
+        with cache_scope(cache):
+            result = await _arbitrate(
+                parsed,
+                model=model,
+                concurrency=concurrency,
+                on_progress=progress,
+                debate=debate,
+                source_authority=source_authority,
+                timeout_s=timeout_s,
+                deadline=deadline,
+                on_event=on_event,
+            )
         failed = sum(1 for r in result.rulings if r.decision is None)
         run.end(degraded_status(failed, len(result.rulings)), result, summary={"failed": failed})
     return result

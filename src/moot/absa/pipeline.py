@@ -18,6 +18,7 @@ from ..deadline import Deadline, timeout_scope
 from ..errors import UsageError
 from ..models import default_model_spec, resolve_model, run_with_model
 from ..models.base import Model, Usage
+from ..models.cache import cache_scope
 from ..observe import PipelineEvent, RunStart, degraded_status, observed
 from ..transcript import DebateResult, Event
 from ._common import EventFn, ProgressFn, Recorder
@@ -99,6 +100,7 @@ async def run_absa(
     timeout_s: float | None = None,
     deadline: Deadline | None = None,
     store: Any = None,
+    cache: Any = None,
 ) -> FinalResult:
     """Analyse one sentence.
 
@@ -124,6 +126,9 @@ async def run_absa(
         store: record the run in a run store: a store file, an open
             :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` / ``./.moot/runs.db``, or None
             (the default) for nothing.
+        cache: answer model requests from a response cache (:mod:`moot.models.cache`): a cache
+            file, a ``ResponseCache``, or True for ``$MOOT_CACHE`` / ``./.moot/cache.db``; None
+            (the default) sends every request.
 
     Returns:
         The final result; failed calls are recorded in ``errors`` (never filled in).
@@ -133,6 +138,20 @@ async def run_absa(
     """
     if not sentence or not sentence.strip():
         raise UsageError("the sentence is empty")
+    with cache_scope(cache):
+        return await _run_absa(sentence, model, config, on_progress, on_event, timeout_s, deadline, store)
+
+
+async def _run_absa(
+    sentence: str,
+    model: str | Model | None,
+    config: ConfigLike,
+    on_progress: ProgressFn | None,
+    on_event: EventFn | None,
+    timeout_s: float | None,
+    deadline: Deadline | None,
+    store: Any,
+) -> FinalResult:
     cfg = load_config(config)
     mdl = resolve_model(model)
     spec = _spec(model)
@@ -275,6 +294,7 @@ async def run_absa_batch(
     deadline: Deadline | None = None,
     store: Any = None,
     ids: Sequence[str] | None = None,
+    cache: Any = None,
 ) -> list[FinalResult]:
     """Analyse many sentences, ``concurrency`` at a time, calling ``on_result`` as each finishes.
 
@@ -293,10 +313,30 @@ async def run_absa_batch(
         deadline: a caller's deadline; the batch ends at the earlier of it and ``timeout_s``.
         store: record the batch as one run, as for :func:`run_absa`.
         ids: the sentences' ids, as their units are named (default: their line numbers, from 1).
+        cache: answer model requests from a response cache (:mod:`moot.models.cache`): a cache
+            file, a ``ResponseCache``, or True for ``$MOOT_CACHE`` / ``./.moot/cache.db``; None
+            (the default) sends every request.
 
     Returns:
         The results in input order.
     """
+    with cache_scope(cache):
+        return await _run_absa_batch(
+            sentences, model, config, concurrency, on_result, timeout_s, deadline, store, ids
+        )
+
+
+async def _run_absa_batch(
+    sentences: Sequence[str],
+    model: str | Model | None,
+    config: ConfigLike,
+    concurrency: int,
+    on_result: Callable[[int, FinalResult], Awaitable[None] | None] | None,
+    timeout_s: float | None,
+    deadline: Deadline | None,
+    store: Any,
+    ids: Sequence[str] | None,
+) -> list[FinalResult]:
     cfg = load_config(config)
     mdl = resolve_model(model)
     names = list(ids) if ids is not None else [str(i + 1) for i in range(len(sentences))]

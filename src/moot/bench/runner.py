@@ -51,6 +51,7 @@ from pydantic import BaseModel, Field, ValidationError
 from .. import redact
 from ..errors import RunError, UsageError, error_text
 from ..models.base import Model, Usage
+from ..models.cache import open_cache, with_cache
 from ..models.retry import RetryPolicy
 from ..observe import PipelineEvent, RunHandle, RunStart, observed
 from ..protocol import MAX_TOKENS_PER_CALL
@@ -389,6 +390,7 @@ async def run_bench(
     units: UnitRunner | None = None,
     store: Any = None,
     continues: str | None = None,
+    cache: Any = None,
 ) -> BenchRun:
     """Run (or continue) a benchmark and return every record of its items and methods.
 
@@ -415,6 +417,9 @@ async def run_bench(
             :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` / ``./.moot/runs.db``, or None
             (the default) for nothing.
         continues: the id of the stored run this one continues (``moot bench --resume``).
+        cache: answer ``model``'s requests from a response cache (:mod:`moot.models.cache`): a
+            cache file, a ``ResponseCache``, or True for ``$MOOT_CACHE`` / ``./.moot/cache.db``;
+            None (the default) leaves ``model`` as it is.
 
     Raises:
         UsageError: bad task or methods, results in ``out`` without ``resume``, a resume with a
@@ -423,6 +428,8 @@ async def run_bench(
     started = time.perf_counter()
     if model is None and units is None:
         raise TypeError("run_bench needs a model, or units to run them elsewhere")
+    if model is not None and cache is not None:
+        model = with_cache(model, open_cache(cache))
     out = Path(out)
     observer = observer or RunObserver()
     task = task or make_task(config.task, exclude_conflict=config.exclude_conflict)

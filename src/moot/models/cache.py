@@ -47,6 +47,7 @@ from .base import Model, ModelRequest, ModelResponse, Usage, note_cached_reply
 __all__ = [
     "CACHE_ENV",
     "activate_cache",
+    "cache_scope",
     "CacheStats",
     "CachedModel",
     "ResponseCache",
@@ -356,6 +357,20 @@ def use_cache(cache: ResponseCache | None) -> Iterator[ResponseCache | None]:
         yield cache
     finally:
         _CURRENT.reset(token)
+
+
+@contextmanager
+def cache_scope(cache: str | Path | ResponseCache | bool | None) -> Iterator[ResponseCache | None]:
+    """A door's ``cache=``: within the block every model resolved answers from that cache.
+
+    None leaves things as they are (an enclosing :func:`use_cache` still applies); False turns
+    caching off inside; anything else is opened with :func:`open_cache`.
+    """
+    if cache is None:
+        yield current_cache()
+        return
+    with use_cache(open_cache(cache)) as opened:
+        yield opened
 
 
 def activate_cache(cache: ResponseCache | None) -> None:
