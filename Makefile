@@ -42,6 +42,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/python tests/import_cycles.py
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench examples

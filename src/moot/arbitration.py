@@ -37,7 +37,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from . import graph_stream
+import moot.graph_stream as graph_stream
+
 from .contradictions import (
     SOURCE_AUTHORITY,
     AgentReport,

@@ -27,7 +27,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from . import consensus, observe
+import moot.consensus as consensus
+import moot.observe as observe
+
 from ._ids import new_id
 from .deadline import Deadline, timeout_scope
 from .errors import BudgetExceeded, ModelError

@@ -20,12 +20,24 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pydantic_core
 
-__all__ = ["JSONTextError", "escape_controls", "extract_json", "jsonl_lines", "parse_partial"]
+from .errors import UsageError
+
+__all__ = [
+    "JSONTextError",
+    "check_unique_ids",
+    "escape_controls",
+    "extract_json",
+    "jsonl_lines",
+    "jsonl_rows",
+    "parse_partial",
+]
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
@@ -141,3 +153,31 @@ def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             yield number, line
+
+
+def jsonl_rows(text: str, path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of each non-blank line of JSONL ``text`` read from ``path``.
+
+    Raises:
+        UsageError: a line that is not a JSON object (``path:LINE`` named).
+    """
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for number, line in jsonl_lines(text):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise UsageError(f"{path}:{number}: each line must be a JSON object")
+        rows.append((number, row))
+    return rows
+
+
+def check_unique_ids(ids: Iterable[str], source: str | Path) -> None:
+    """Raise a UsageError naming every id that occurs more than once."""
+    duplicates = sorted(i for i, count in Counter(ids).items() if count > 1)
+    if duplicates:
+        shown = ", ".join(duplicates[:10]) + (
+            f" and {len(duplicates) - 10} more" if len(duplicates) > 10 else ""
+        )
+        raise UsageError(f"{source}: duplicate item ids: {shown}; every id must be unique")

@@ -24,6 +24,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+import moot.seed_shapes as seed_shapes
+
 from .errors import ConfigError
 from .models.retry import RetryPolicy
 from .paths import read_text, resolve_config_path, resolve_prompt_paths
@@ -401,3 +403,10 @@ def load_protocol(
         return Protocol.model_validate(data)
     except ValidationError as exc:
         raise _config_error(exc, source) from None
+
+
+def _preset_personas(name: str) -> list[str]:
+    return list(load_protocol(name).personas)
+
+
+seed_shapes.preset_personas = _preset_personas  # seed shapes infer their preset from these

@@ -19,6 +19,7 @@ Seed shapes (``pipeline.debate`` or ``debate``) are read by one function,
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,13 +66,18 @@ def _block_persona_keys(block: dict[str, Any]) -> set[str]:
     return keys
 
 
-def _preset_for(block: dict[str, Any], mode: Any) -> str | None:
-    from .protocol import load_protocol  # here: protocol.py reads seed shapes through this module
+preset_personas: Callable[[str], Iterable[str]] | None = None
+"""The persona keys of a preset, by name: set by :mod:`moot.protocol` when it loads (it reads seed
+shapes through this module, so this module does not import it)."""
 
+
+def _preset_for(block: dict[str, Any], mode: Any) -> str | None:
+    assert preset_personas is not None, "moot.protocol sets seed_shapes.preset_personas on import"
+    personas_of = preset_personas
     if mode is not None and mode not in MODE_PRESETS:
         raise ConfigError(f"unknown mode {mode!r}; known: {', '.join(MODE_PRESETS)}", key="mode")
     keys = _block_persona_keys(block)
-    owners = [m for m, preset in MODE_PRESETS.items() if keys and keys <= set(load_protocol(preset).personas)]
+    owners = [m for m, preset in MODE_PRESETS.items() if keys and keys <= set(personas_of(preset))]
     if mode is None:
         return MODE_PRESETS[owners[0]] if len(owners) == 1 else None
     if owners and mode not in owners:

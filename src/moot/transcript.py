@@ -6,9 +6,9 @@ and back without loss (``DebateResult.model_validate_json(r.model_dump_json()) =
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .models._spec import spec_from_mapping
@@ -124,7 +124,7 @@ class Turn(BaseModel):
 
     Left out of the default JSON (``model_dump``: results, events, bench and ABSA records stay
     as they were); :meth:`DebateResult.record_json` includes them, and a debate's stored run
-    keeps them with its result (``moot runs show --json``, :func:`moot.runs.load_result`),
+    keeps them with its result (``moot runs show --json``, :func:`moot.app.records.load_result`),
     where full-text search does not look (it would find every prompt template's words).
     """
 
@@ -259,7 +259,7 @@ class DebateResult(BaseModel):
                 put(dumped, turn)
             put(out.get("moderator"), rnd.moderator)
         put(data.get("verdict"), self.verdict)
-        return json.dumps(data, ensure_ascii=False)
+        return orjson.dumps(data).decode()
 
     def turns(self, *, include_judge: bool = False) -> list[Turn]:
         """All speaker turns in round order (plus moderator turns and, if asked, the verdict)."""

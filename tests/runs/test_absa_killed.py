@@ -14,10 +14,11 @@ import pytest
 
 from absa.scripts import SENTENCE, persona_replies
 from moot.absa import StageEvent, run_absa
+from moot.app.records import absa_events
 from moot.cli import main
 from moot.models import run_with_model
 from moot.models.testing import ScriptedModel
-from moot.runs import RunStore, absa_events
+from moot.runs import RunStore
 from moot.transcript import Event
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from moot.app.records import bench_records
 from moot.bench.records import ItemRecord
 from moot.cli import main
 from moot.errors import ModelHTTPError
 from moot.models import FunctionModel, ModelRequest
-from moot.runs import RunStore, bench_records, load_result
+from moot.runs import RunStore, load_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_helpers import oracle  # noqa: E402
@@ -64,7 +65,7 @@ def test_bench_units_land_in_the_store_and_resume_by_run_id(
     assert again.summary["units"] == 8 and set(again.summary["accuracy"]) == {"single", "society:3:2"}
     assert again.score == max(again.summary["accuracy"].values())
     if importlib.util.find_spec("pandas") is not None:  # the pandas extra
-        from moot.runs import units_frame
+        from moot.app.records import units_frame
 
         frame = units_frame(store, run.id)
         assert len(frame) == 8 and set(frame["method"]) == {"single", "society:3:2"}

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from moot.app.compare import BenchComparison, compare_runs
 from moot.bench.records import ItemRecord
 from moot.bench.stats import mcnemar
 from moot.cli import main
 from moot.runs import RunStore
-from moot.runs.compare import BenchComparison, compare_runs
 
 # Run A: items 1-10, "single" right on 1-7; "vote:3" right on every item.
 # Run B: items 3-12, "single" right on 1-4 and 8-12 (so on the shared 3-10: A only on 5-7, B only on 8-10);

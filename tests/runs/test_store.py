@@ -243,7 +243,7 @@ def test_concurrent_writer_processes_lose_nothing(tmp_path: Path) -> None:
 
 def test_debate_result_from_events_matches_when_result_is_missing(tmp_path: Path) -> None:
     # A run interrupted before its end has no result, but its turns are readable from the events.
-    from moot.runs import run_turns
+    from moot.app.records import run_turns
 
     store = RunStore(tmp_path / "runs.db")
     with recording("run", store=store) as rec:
@@ -257,7 +257,7 @@ def test_debate_result_from_events_matches_when_result_is_missing(tmp_path: Path
 
 def test_data_frames_of_runs_turns_and_units(tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas", reason="data frames need the pandas extra")
-    from moot.runs import runs_frame, turns_frame
+    from moot.app.records import runs_frame, turns_frame
 
     store = RunStore(tmp_path / "runs.db")
     with recording("run", title="Why?", store=store) as rec:

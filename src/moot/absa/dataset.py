@@ -37,8 +37,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..bench.datasets import check_unique_ids, jsonl_rows
 from ..errors import UsageError
+from ..jsontext import check_unique_ids, jsonl_rows
 
 __all__ = [
     "Dataset",

@@ -5,7 +5,7 @@ Every public door (``Debate``, ``debate_node``, ``build_debate_graph``, ``arbitr
 :mod:`moot` registers the run store's recorder as an observer factory (:mod:`moot.observe`), so a
 door given ``store=`` (a path, an open :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` or
 ``./.moot/runs.db``, None for nothing) records its run without the engine or the pipelines
-importing the store. The store module is imported only when a run asks for one.
+importing the store. It also registers how each kind of stored run reads back (:mod:`moot.app.records`).
 
 Tracing is the second subscriber: :mod:`moot.app.tracing` attaches OpenTelemetry spans to every
 run while a tracer provider is set (the CLI sets one from ``OTEL_EXPORTER_OTLP_ENDPOINT``).
@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import observe
+import moot.app.records as records  # noqa: F401  (each kind's reader for moot.runs.load_result)
+import moot.observe as observe
+
 from .tracing import trace_observer
 
 __all__ = ["store_observer", "store_spec", "trace_observer"]

@@ -42,7 +42,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .. import observe, redact
+import moot.observe as observe
+import moot.redact as redact
+
 from ..transcript import DebateResult, Event, RequestRecord, Turn
 
 if TYPE_CHECKING:  # pragma: no cover - only with the extra

@@ -26,13 +26,11 @@ import ast
 import csv
 import io
 import json
-from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..jsontext import jsonl_lines
+from ..jsontext import check_unique_ids, jsonl_rows
 
 __all__ = ["check_unique_ids", "jsonl_rows", "mcq_fields", "read_rows"]
 
@@ -50,24 +48,6 @@ def read_rows(path: Path, kind: str) -> list[tuple[int, dict[str, Any]]]:
     rows = _csv_rows(text) if path.suffix.lower() == ".csv" else jsonl_rows(text, path)
     if not rows:
         raise UsageError(f"{path} holds no items")
-    return rows
-
-
-def jsonl_rows(text: str, path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` of each non-blank line of JSONL ``text`` read from ``path``.
-
-    Raises:
-        UsageError: a line that is not a JSON object (``path:LINE`` named).
-    """
-    rows: list[tuple[int, dict[str, Any]]] = []
-    for number, line in jsonl_lines(text):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UsageError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise UsageError(f"{path}:{number}: each line must be a JSON object")
-        rows.append((number, row))
     return rows
 
 
@@ -160,13 +140,3 @@ def mcq_fields(row: dict[str, Any], where: str) -> tuple[str, dict[str, str], st
     choices, labels = _choices(row, where)
     letters = "".join(choices)
     return question.strip(), choices, _gold(row, letters, labels, where)
-
-
-def check_unique_ids(ids: Iterable[str], source: str | Path) -> None:
-    """Raise a UsageError naming every id that occurs more than once."""
-    duplicates = sorted(i for i, count in Counter(ids).items() if count > 1)
-    if duplicates:
-        shown = ", ".join(duplicates[:10]) + (
-            f" and {len(duplicates) - 10} more" if len(duplicates) > 10 else ""
-        )
-        raise UsageError(f"{source}: duplicate item ids: {shown}; every id must be unique")

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import redact
+import moot.redact as redact
+
 from ..errors import MissingDependencyError
 from .methods import MethodSpec
 from .records import ItemRecord

@@ -48,7 +48,8 @@ except ImportError:  # pragma: no cover - Windows: no lock
 
 from pydantic import BaseModel, Field, ValidationError
 
-from .. import redact
+import moot.redact as redact
+
 from ..errors import RunError, UsageError, error_text
 from ..models.base import Model, Usage
 from ..models.cache import open_cache, with_cache

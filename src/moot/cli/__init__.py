@@ -23,7 +23,7 @@ from typing import Annotated
 import click
 import typer
 
-from .. import __version__
+from .._version import __version__
 from ..app.tracing import install_from_env
 from ..errors import MootError, UsageError, error_text
 from ..gctune import tuned_gc, tuning_wanted

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import redact
+import moot.redact as redact
+
 from ..bench.runner import RUN_FILE, BenchConfig, read_run_file
 from ..errors import UsageError
 from ..runs import RunStore

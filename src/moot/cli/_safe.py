@@ -21,7 +21,7 @@ import re
 
 from rich.markup import escape
 
-from .. import redact
+import moot.redact as redact
 
 __all__ = ["clean", "has_controls", "markup", "strip_controls"]
 

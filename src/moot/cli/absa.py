@@ -22,6 +22,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+import moot.cli._exit as _exit
+
 from ..absa import (
     FinalResult,
     compute_metrics,
@@ -35,7 +37,6 @@ from ..app.absa import absa_batch
 from ..errors import UsageError
 from ..models import Model, run_with_model
 from ..observe import annotate
-from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import ProgressLines, make_console, print_table, progress_bar
 from ._io import (

@@ -18,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+import moot.cli._exit as _exit
+
 from ..absa import (
     FinalResult,
     ablations,
@@ -33,7 +35,6 @@ from ..app import store_spec
 from ..errors import UsageError
 from ..models import resolve_model, run_with_model
 from ..observe import annotate
-from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table, progress_bar
 from ._io import (

@@ -9,11 +9,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+import moot.cli._exit as _exit
+
 from ..app import store_spec
 from ..arbitration import DEFAULT_TIMEOUT, SOURCE_AUTHORITY, AgentReport, ArbitrationResult, arbitrate_sync
 from ..errors import UsageError
 from ..observe import annotate
-from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table
 from ._io import MAX_CONCURRENCY, read_json

@@ -22,6 +22,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+import moot.cli._exit as _exit
+
 from ..app.recorder import recorded_ids
 from ..bench.records import ItemRecord
 from ..bench.report import REPORT_FILE, RICH_TABLE_DROP, ensure_plotting, rich_table, write_report
@@ -42,7 +44,6 @@ from ..errors import UsageError
 from ..models import run_with_model
 from ..protocol import MAX_TOKENS_PER_CALL
 from ..runs import open_store
-from . import _exit
 from ._bench_store import (
     RECORDED_OPTIONS,
     find_resume,

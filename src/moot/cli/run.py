@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+import moot.cli._exit as _exit
+
 from ..app import store_spec
 from ..app.recorder import recorded_ids
 from ..debate_run import unreachable_error
@@ -24,7 +26,6 @@ from ..observe import annotate
 from ..protocol import read_overrides
 from ..runs import open_store
 from ..transcript import DebateResult, Event, Turn
-from . import _exit
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console
 from ._io import (

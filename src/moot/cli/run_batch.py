@@ -21,10 +21,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import TextColumn
 
+import moot.cli._exit as _exit
+
 from ..engine import Debate
 from ..errors import UsageError
 from ..transcript import DebateResult
-from . import _exit
 from ._console import ProgressLines, progress_bar
 from ._io import read_jsonl, read_text
 

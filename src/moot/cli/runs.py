@@ -20,9 +20,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..app.compare import BenchComparison, as_json, compare_runs
 from ..errors import UsageError
 from ..runs import RunRecord, RunStatus, RunStore, default_store_path, load_result
-from ..runs.compare import BenchComparison, as_json, compare_runs
 from ._console import make_console, print_table
 from ._safe import clean, markup
 from ._store_options import StoreOption
@@ -148,8 +148,8 @@ def _show_debate(opened: RunStore, record: RunRecord, console: Console) -> None:
 
 
 def _show_bench(opened: RunStore, record: RunRecord, console: Console) -> None:
+    from ..app.records import bench_run
     from ..bench.report import RICH_TABLE_DROP, build_report, rich_table
-    from ..runs import bench_run
 
     report = build_report(bench_run(opened, record.id))
     print_table(console, rich_table(report), drop=RICH_TABLE_DROP)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import graph_stream as _lg_stream
+import moot.graph_stream as _lg_stream
+
 from ..human_review import LOW_CONFIDENCE, HumanDecision, ReviewMode, ask_human
 from ..transcript import DebateResult, Turn
 

@@ -48,15 +48,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Required, TypedDict
 
-from .. import graph_stream as _lg_stream
-from .. import observe
+import moot.graph_stream as _lg_stream
+import moot.integrations._lg_review as _lg_review
+import moot.observe as observe
+
 from ..engine import Debate, DebateRun, EventCallback
 from ..errors import MissingDependencyError, UsageError
 from ..human_review import ReviewMode, check_mode, require_checkpointer, run_once
 from ..models import ModelLike
 from ..protocol import Protocol
 from ..transcript import DebateResult, Event, Turn
-from . import _lg_review
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph

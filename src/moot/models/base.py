@@ -96,7 +96,7 @@ def check_allow_model_requests() -> None:
 
     Every real backend calls this first; test doubles do not.
     """
-    from . import base  # read the module attribute so monkeypatching works
+    import moot.models.base as base  # read the module attribute so monkeypatching works
 
     if not base.ALLOW_MODEL_REQUESTS:
         raise ModelRequestsBlocked(

@@ -35,7 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .. import redact
+import moot.redact as redact
+
 from ..errors import UsageError
 from ._http import LeanTransport, RawResponse, TransportError
 from .base import note_extra_request

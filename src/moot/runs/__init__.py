@@ -16,16 +16,7 @@ The CLI records every ``moot run``, ``absa``, ``absa-eval``, ``arbitrate`` and
 
 from __future__ import annotations
 
-from .queries import (
-    absa_events,
-    bench_records,
-    bench_run,
-    load_result,
-    run_turns,
-    runs_frame,
-    turns_frame,
-    units_frame,
-)
+from .readback import load_result, register_reader
 from .recording import Recording, model_info, open_store, prompts_hash, recording, redact
 from .store import (
     DEFAULT_STORE,
@@ -47,9 +38,6 @@ __all__ = [
     "RunStore",
     "StoredEvent",
     "StoredItem",
-    "absa_events",
-    "bench_records",
-    "bench_run",
     "default_store_path",
     "load_result",
     "model_info",
@@ -57,8 +45,5 @@ __all__ = [
     "prompts_hash",
     "recording",
     "redact",
-    "run_turns",
-    "runs_frame",
-    "turns_frame",
-    "units_frame",
+    "register_reader",
 ]

@@ -33,10 +33,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .. import redact as _redact
+import moot.redact as _redact
+
 from ..errors import error_text
 from ..models.base import Usage, model_info
-from ..transcript import Event
 from .store import RunStatus, RunStore, default_store_path
 
 __all__ = ["Recording", "begin_recording", "model_info", "open_store", "prompts_hash", "recording", "redact"]
@@ -144,28 +144,37 @@ class Recording:
             )
             self.store = None
 
-    def on_event(self, event: Event | BaseModel) -> None:
-        """An event callback: appends ``event`` (a completed debate's result is kept in summary).
+    def on_event(self, event: BaseModel) -> None:
+        """An event callback: appends ``event``, any event model with a ``kind``.
 
-        Takes the debate's :class:`~moot.transcript.Event` and any other event model with a
-        ``kind`` (the ABSA pipeline's ``StageEvent``), so it fits ``run_absa(on_event=...)``.
+        Fits ``Debate.run(on_event=...)`` and ``run_absa(on_event=...)``. A debate's event (it
+        has a ``debate_id``) is stored without its empty fields and at its ``time``; one carrying
+        a finished ``result`` (``debate_completed``) keeps it in summary, as ``outcome`` (its
+        final answer and fallback): the whole result is the run's result.
         """
         if not self.enabled:
             return
-        if not isinstance(event, Event):
-            self.event(str(getattr(event, "kind", type(event).__name__)), event)
-            return
         assert self.store is not None
-        self._seq += 1
-        if event.result is not None:
-            res = event.result
-            outcome = {"final_answer": res.final_answer, "fallback": res.fallback}
+        kind = str(getattr(event, "kind", type(event).__name__))
+        if not hasattr(event, "debate_id"):  # a pipeline's event (ABSA's StageEvent): as it is
+            self.event(kind, event)
+            return
+        res = getattr(event, "result", None)
+        if res is not None:
+            outcome = {
+                "final_answer": getattr(res, "final_answer", None),
+                "fallback": getattr(res, "fallback", None),
+            }
             data = event.model_dump_json(exclude={"result"}, exclude_none=True)[:-1] + (
                 ',"outcome":' + _json(outcome) + "}"
             )
         else:
             data = event.model_dump_json(exclude_none=True)
-        self._write(self.store.append_event, self._seq, event.kind, data, event.time or None)
+        self._seq += 1
+        at = getattr(event, "time", None)
+        self._write(
+            self.store.append_event, self._seq, kind, data, at if isinstance(at, float) and at else None
+        )
 
     def event(self, kind: str, data: BaseModel | Mapping[str, Any]) -> None:
         """Append a non-debate event (bench progress, an ABSA sentence done...)."""

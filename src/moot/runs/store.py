@@ -47,7 +47,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import redact
+import moot.redact as redact
+
 from .._ids import new_id
 from ..errors import UsageError
 from ..models.base import Usage

@@ -89,7 +89,7 @@ def model_source(model: ModelLike, max_concurrency: int | None = None) -> ModelS
     Raises:
         UsageError: ``model`` is a Model instance.
     """
-    from .. import models
+    import moot.models as models
 
     if isinstance(model, Model):
         raise UsageError(

@@ -32,10 +32,11 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+import moot.view.shape as shape
+
+from ..app.compare import as_json, compare_runs
 from ..errors import UsageError
 from ..runs import RunRecord, RunStore, load_result
-from ..runs.compare import as_json, compare_runs
-from . import shape
 
 __all__ = ["LOOPBACK", "create_app"]
 

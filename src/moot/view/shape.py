@@ -10,9 +10,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..app.records import absa_events, bench_records, bench_run, run_turns
 from ..bench.records import ItemRecord
 from ..errors import error_text
-from ..runs import RunRecord, RunStore, absa_events, bench_records, bench_run, run_turns
+from ..runs import RunRecord, RunStore
 from ..transcript import DebateResult, Persona, RequestRecord, Turn
 
 __all__ = [
@@ -203,7 +204,7 @@ def debate_view(result: DebateResult | None, turns: list[Turn] | None = None, to
 
 def live_debate(store: RunStore, record: RunRecord) -> DebateView:
     """The timeline of a ``moot run`` record: from its result, else from the turns recorded so far."""
-    from ..runs import load_result
+    from ..app.records import load_result
 
     result = load_result(store, record.id)
     if isinstance(result, DebateResult):

@@ -1,8 +1,13 @@
 """Read runs back as the objects the library returns, and as data frames.
 
+The run store keeps a run's ``kind`` and JSON only; what a kind's records mean is read back
+here, above the pipelines that own the types (a debate's ``DebateResult``, ABSA's
+``FinalResult``, a bench's ``ItemRecord``...).
+
 ::
 
-    from moot.runs import open_store, load_result, runs_frame
+    from moot.runs import open_store
+    from moot.app.records import load_result, runs_frame
 
     store = open_store()                       # ./.moot/runs.db or $MOOT_STORE
     run = store.list(kind="run", limit=1)[0]
@@ -15,8 +20,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingDependencyError
+from ..runs.readback import load_result as runs_load_result
+from ..runs.readback import register_reader
+from ..runs.store import RunRecord, RunStore
 from ..transcript import DebateResult, Turn
-from .store import RunRecord, RunStore
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -66,17 +73,8 @@ def bench_run(store: RunStore, run_id: str) -> Any:
     return run
 
 
-def load_result(store: RunStore, run_id: str) -> Any:
-    """A run's result as the same pydantic objects the API returns.
-
-    ``run``: a :class:`~moot.transcript.DebateResult`; ``absa``: a
-    :class:`~moot.absa.FinalResult` (one sentence) or a list of them (a batch);
-    ``arbitrate``: an :class:`~moot.arbitration.ArbitrationResult`; ``bench``: the
-    list of :class:`~moot.bench.records.ItemRecord`; ``absa-eval``: a dict of
-    :class:`~moot.absa.EvalScores` by config name. None when the run recorded
-    no result (interrupted before the end: read its events and items instead).
-    """
-    record = store.get(run_id)
+def _read(store: RunStore, record: RunRecord) -> Any:
+    """The reader of every kind moot records (see :func:`load_result`)."""
     if record.kind == "bench":
         return bench_records(store, record.id)
     if record.kind == "absa" and record.config.get("batch"):
@@ -101,6 +99,24 @@ def load_result(store: RunStore, run_id: str) -> Any:
 
         return {name: EvalScores.model_validate(s) for name, s in data.items()}
     return data
+
+
+for _kind in ("run", "absa", "arbitrate", "bench", "absa-eval"):
+    register_reader(_kind, _read)
+
+
+def load_result(store: RunStore, run_id: str) -> Any:
+    """A run's result as the same pydantic objects the API returns.
+
+    ``run``: a :class:`~moot.transcript.DebateResult`; ``absa``: a
+    :class:`~moot.absa.FinalResult` (one sentence) or a list of them (a batch);
+    ``arbitrate``: an :class:`~moot.arbitration.ArbitrationResult`; ``bench``: the
+    list of :class:`~moot.bench.records.ItemRecord`; ``absa-eval``: a dict of
+    :class:`~moot.absa.EvalScores` by config name. None when the run recorded
+    no result (interrupted before the end: read its events and items instead).
+    ``moot.runs.load_result`` is the same function's entry in the store package.
+    """
+    return runs_load_result(store, run_id)
 
 
 def run_turns(store: RunStore, record: RunRecord) -> list[tuple[str, Turn]]:

@@ -17,9 +17,9 @@ from typing import Any
 from ..bench.records import ItemRecord
 from ..bench.stats import McNemar, mcnemar
 from ..errors import UsageError
+from ..runs.store import RunRecord, RunStore
 from ..transcript import DebateResult
-from .queries import bench_records, load_result, run_turns
-from .store import RunRecord, RunStore
+from .records import bench_records, load_result, run_turns
 
 __all__ = ["BenchComparison", "DebateComparison", "MethodComparison", "compare_runs", "settings_diff"]
 
