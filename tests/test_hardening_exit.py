@@ -123,3 +123,12 @@ def test_a_resume_keeps_the_recorded_concurrency_and_refuses_options_it_cannot_a
     capsys.readouterr()
     assert main(["bench", "--resume", str(out), "--no-plots", "--exclude-conflict"]) == 2
     assert "--exclude-conflict" in capsys.readouterr().err
+
+
+def test_a_bench_stopped_by_max_errors_says_so_with_the_count(
+    unreachable: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["bench", "--model", unreachable, "--methods", "single", "--n", "6", "--no-plots"]
+    assert main([*args, "--max-errors", "2", "--concurrency", "1", "--out", str(tmp_path / "b")]) == 1
+    err = capsys.readouterr().err
+    assert "stopped: 2 units failed in a row (--max-errors 2)" in err and "ModelConnectionError" in err

@@ -59,7 +59,7 @@ def test_migration_from_an_empty_file_and_refusal_of_a_newer_schema(tmp_path: Pa
 def test_not_a_store_is_a_usage_error(tmp_path: Path) -> None:
     bad = tmp_path / "runs.db"
     bad.write_text("this is not sqlite " * 100)
-    with pytest.raises(UsageError, match="not a usable run store"):
+    with pytest.raises(UsageError, match="not a moot run store"):
         RunStore(bad)
     with pytest.raises(UsageError, match="no run store"):
         RunStore(tmp_path / "missing.db", must_exist=True)

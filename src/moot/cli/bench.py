@@ -364,6 +364,12 @@ def bench(
         console.print(f"retried {run.retried} failed unit attempts in this invocation")
     if run.timed_out:
         console.print(f"[yellow]timeout:[/] stopped after --timeout {timeout:g} s")
+    if run.stopped:
+        last = f"; the last: {markup(run.failures[-1][2])}" if run.failures else ""
+        console.print(
+            f"[yellow]stopped:[/] {run.config.max_errors} units failed in a row (--max-errors "
+            f"{run.config.max_errors}), so no new units were started{last}"
+        )
     if not run.complete:
         missing = len(run.items) * len(run.specs) - len(run.records)
         console.print(

@@ -99,10 +99,18 @@ def create_app(store_path: str | Path, *, token: str | None = None, host: str = 
         token: if set, every request must carry it.
         host: the address the server binds; on loopback, requests must name a loopback host.
 
+    A file that is not a moot store, or a damaged one, gets an app whose every page says so
+    (HTTP 503, the path and the reason; JSON under ``/api``), never a 500; the file is not touched.
+
     Raises:
         UsageError: no store at ``store_path``.
     """
-    store = RunStore(store_path, must_exist=True)
+    if not Path(store_path).is_file():
+        raise UsageError(f"no run store at {store_path}")
+    try:
+        store = RunStore(store_path, must_exist=True)
+    except UsageError as exc:
+        return _store_error_app(str(exc), token=token, host=host)
     app = FastAPI(
         title="moot view",
         description="Runs recorded by moot: the JSON API the pages use.",
@@ -118,6 +126,35 @@ def create_app(store_path: str | Path, *, token: str | None = None, host: str = 
     _api(app, store)
     _pages(app, store, templates)
     _docs(app)
+
+    @app.exception_handler(UsageError)
+    async def store_failed(request: Request, exc: UsageError) -> Response:  # damaged after the open
+        return _store_error(request, templates, str(exc))
+
+    return app
+
+
+def _store_error(request: Request, templates: Jinja2Templates, message: str) -> Response:
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"detail": message}, status_code=503)
+    return templates.TemplateResponse(request, "store_error.html", {"message": message}, status_code=503)
+
+
+def _store_error_app(message: str, *, token: str | None, host: str) -> FastAPI:
+    """An app that answers every request with the store's error page (nothing else is served)."""
+    app = FastAPI(title="moot view", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.store_error = message
+    templates = _templates()
+    if host in LOOPBACK:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]"])
+    if token:
+        app.middleware("http")(_token_guard(token))
+    app.mount("/static", StaticFiles(directory=str(_package_dir("static"))), name="static")
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    def everything(request: Request, path: str) -> Response:
+        return _store_error(request, templates, message)
+
     return app
 
 
