@@ -233,15 +233,24 @@ class DebateTracer:
         """Runs started and not yet ended."""
         return len(self._runs)
 
-    def close(self, status: str = "interrupted") -> None:
-        """End every run still open (the run was interrupted): its spans, marked ``status``."""
+    def close(self, status: str = "interrupted", workflow: str | None = None) -> None:
+        """End every run still open (the run was interrupted): its spans, marked ``status``.
+
+        Args:
+            status: the run's end (``interrupted``, ``failed``).
+            workflow: the protocol's name, when known (the events never said it).
+        """
         for debate_id in list(self._runs):
             run = self._runs.pop(debate_id)
             for turn in run.open.values():
                 turn.ended = time.time()
                 run.done.append(turn)
-            attrs = {"moot.status": status, "error.type": status}
-            self._emit(run, debate_id, "invoke_workflow", attrs, time.time(), error=status)
+            attrs: dict[str, Any] = {"moot.status": status, "error.type": status}
+            name = "invoke_workflow"
+            if workflow:
+                attrs["gen_ai.workflow.name"] = workflow
+                name = f"invoke_workflow {workflow}"
+            self._emit(run, debate_id, name, attrs, time.time(), error=status)
 
     # -- events -----------------------------------------------------------------------------------
     def _parent_now(self) -> Context | None:
@@ -497,12 +506,16 @@ class TraceObserver:
         self._single = _Scope(None)
         self._batch = False
         self._scopes: list[_Scope] = []
+        self._workflow: str | None = None
 
     def on_start(self, start: observe.RunStart) -> None:
         """Note the caller's context; open the root span of a pipeline run."""
         parent = self._context.get_current()
         if start.kind == "run":  # a debate: its events make its root
             self.debates.parent = parent
+            protocol = start.config.get("protocol")
+            if isinstance(protocol, Mapping) and isinstance(protocol.get("name"), str):
+                self._workflow = protocol["name"]
             return
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_workflow",
@@ -542,7 +555,9 @@ class TraceObserver:
 
     def on_end(self, end: observe.RunEnd) -> None:
         """Close what is still open and end the root with the run's status."""
-        self.debates.close(end.status if end.status in ("interrupted", "failed") else "interrupted")
+        self.debates.close(
+            end.status if end.status in ("interrupted", "failed") else "interrupted", self._workflow
+        )
         for scope in [self._single, *self._scopes]:
             for stack in scope.steps.values():
                 for span, _ in stack:
