@@ -138,22 +138,6 @@ def test_a_moot_run_is_a_trace_in_phoenix(phoenix: str, preset: str, tmp_path: P
     assert TOPIC not in json.dumps(spans)  # content capture is off by default
 
 
-def test_unreachable_endpoint_does_not_fail_the_run(tmp_path: Path) -> None:
-    started = time.monotonic()
-    done = _moot(
-        ["run", TOPIC, "--model", "test", "--json"],
-        {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_free_port()}",
-            "OTEL_EXPORTER_OTLP_TIMEOUT": "2",
-            "MOOT_STORE": str(tmp_path / "r.db"),
-        },
-    )
-    assert done.returncode == 0 and json.loads(done.stdout)["final_answer"]
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("moot: warning: cannot export traces"), done.stderr
-    assert time.monotonic() - started < 2 + 15  # the exporter's own timeout, plus the process itself
-
-
 @pytest.mark.skipif(
     not os.environ.get("MOOT_UPDATE_SCREENSHOTS"),
     reason="MOOT_UPDATE_SCREENSHOTS=1 retakes docs/img/phoenix-trace.png",

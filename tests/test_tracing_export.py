@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -147,3 +148,28 @@ def test_ctrl_c_still_sends_what_the_run_did(collector: Collector, tmp_path: Any
     agents = [s for s in collector.spans if s["parent"] == root["id"]]
     assert len(agents) >= 3  # round 1's two turns, and what round 2 had started
     assert sum(1 for s in collector.spans if s["name"] == "chat fake") >= 2
+
+
+def test_an_unreachable_endpoint_does_not_fail_the_run(tmp_path: Any) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = {
+        **clean,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "2",
+        "MOOT_STORE": str(tmp_path / "r.db"),
+    }
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "moot", "run", "Is tea good for you?", "--model", "test", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and json.loads(done.stdout)["final_answer"]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("moot: warning: cannot export traces"), done.stderr
+    assert time.monotonic() - started < 2 + 20  # the exporter's own timeout, plus the process itself
