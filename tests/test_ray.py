@@ -342,3 +342,19 @@ def test_an_embedded_model_on_a_worker_uses_the_workers_share_of_cpus() -> None:
     assert asyncio.run(go(2)) == [(1, 1), (1, 1)]
     # One worker on the 2-CPU cluster gets both CPUs, and the threads a plain process would use.
     assert asyncio.run(go(1)) == [(1, 2), (1, 2)]
+
+
+def _slow_schema_model() -> Any:
+    from moot.models.testing import SchemaModel
+
+    return SchemaModel(delay=0.3)
+
+
+def test_a_presets_bench_deadline_reaches_the_workers(tmp_path: Path) -> None:
+    """The unit's deadline travels as seconds in the job; each worker's debate falls back at it."""
+    config = BenchConfig(task="arithmetic", methods=["answer"], n=2, deadlines={"answer": 0.5})
+    run = asyncio.run(
+        run_bench_ray(config, model=_slow_schema_model, out=tmp_path / "out", ray=RayOptions(workers=1))
+    )
+    assert run.complete and len(run.fell_back) == 2
+    assert all(r.fallback == "timeout: the debate exceeded 0.5 s" and not r.correct for r in run.records)

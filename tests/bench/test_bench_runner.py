@@ -182,7 +182,7 @@ def test_timeout_bounds_the_invocation_and_keeps_what_finished(tmp_path: Path) -
 
     config = BenchConfig(task="arithmetic", methods=["single"], n=40, concurrency=2)
     started = time.perf_counter()
-    run = asyncio.run(run_bench(config, model=oracle(right, delay=0.05), out=tmp_path / "r", timeout=0.4))
+    run = asyncio.run(run_bench(config, model=oracle(right, delay=0.05), out=tmp_path / "r", timeout_s=0.4))
     assert time.perf_counter() - started < 2.0
     assert run.timed_out and not run.complete and 0 < len(run.records) < 40
     assert len(_lines(tmp_path / "r" / RESULTS_FILE)) == len(run.records)

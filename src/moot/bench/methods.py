@@ -18,6 +18,13 @@ PRESET                        a preset name (``answer``, ``adversarial``...) run
                               with the task's parser
 ============================  ================================================================
 
+A preset runs as it is deployed, under its production deadline (the one ``moot run``
+would use, :mod:`moot.deadline`: ``answer`` has seed 000's 10 s on a remote backend),
+unless the bench sets another (``MethodContext.deadlines``, ``moot bench --deadline
+[PRESET=]SECONDS``). A unit whose debate fell back (its deadline, a budget, a failed
+turn) is recorded with ``fallback`` set and is not the method's answer: it is never
+scored, and the report counts it per method.
+
 ``K`` and ``N`` are at most 64, ``T`` at most 50 (:data:`MAX_AGENTS`, :data:`MAX_ROUNDS`).
 
 Every plain call (single, vote, society) goes through :func:`moot.models.call_model`
@@ -207,6 +214,8 @@ class MethodContext:
         temperature: sampling temperature; None keeps the backend's default.
         max_tokens: cap on generated tokens per plain call; None keeps the backend's.
         policy: retry policy for plain calls.
+        deadlines: seconds each unit of a preset may take, by preset name (``"*"``: every
+            preset), instead of the preset's production deadline.
     """
 
     model: Model
@@ -215,6 +224,7 @@ class MethodContext:
     temperature: float | None = None
     max_tokens: int | None = None
     policy: RetryPolicy = field(default_factory=RetryPolicy)
+    deadlines: dict[str, float] = field(default_factory=dict)
     _debates: dict[str, Any] = field(default_factory=dict)
     _samples: dict[tuple[str, int], asyncio.Future[ModelResponse]] = field(default_factory=dict)
     _uses: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -317,12 +327,17 @@ class MethodContext:
         return score_reply(self.task, item, agent, text, finish)
 
     def debate(self, preset: str) -> Any:
-        """The engine's ``Debate`` for a preset, built once per context."""
+        """The engine's ``Debate`` for a preset, built once per context, under its unit deadline."""
         if preset not in self._debates:
             from ..engine import Debate
 
-            overrides = {"temperature": self.temperature} if self.temperature is not None else None
-            self._debates[preset] = Debate(preset, model=self.model, overrides=overrides)
+            overrides: dict[str, Any] = {}
+            if self.temperature is not None:
+                overrides["temperature"] = self.temperature
+            seconds = self.deadlines.get(preset, self.deadlines.get("*"))
+            if seconds is not None:
+                overrides["timeout"] = seconds
+            self._debates[preset] = Debate(preset, model=self.model, overrides=overrides or None)
         return self._debates[preset]
 
 
@@ -455,9 +470,13 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
                 text = turn.raw or ""
             answers.append(ctx.score(item, turn.speaker, text))
         rounds.append(answers)
+    if result.fallback:  # kept for audit, never the method's answer (see the module docstring)
+        record = _record(
+            spec, item, ctx, rounds, None, None, result.usage, started, final_text=result.final_answer
+        )
+        return record.model_copy(update={"parse_failed": False, "fallback": result.fallback})
     final = ctx.task.parse(result.final_answer or "", item).value
     lenient = final if final is not None else ctx.task.lenient(result.final_answer or "", item)
-    note = f"fallback: {result.fallback}" if result.fallback else None
     return _record(
         spec,
         item,
@@ -468,7 +487,6 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
         result.usage,
         started,
         stopped_early=result.stopped_early,
-        note=note,
         final_text=result.final_answer,
     )
 
@@ -480,9 +498,13 @@ def rescore(record: ItemRecord, item: Item, task: Task) -> ItemRecord:
     its lenient reading are recomputed, as a live run would have: for plain methods the
     plurality of the last round, for presets the engine's final answer text (``final_text``).
 
+    A fallen-back unit (``fallback`` set) is returned as is: it has no answer to parse.
+
     Raises:
         UsageError: a preset's record written before ``final_text`` was stored.
     """
+    if record.fallback is not None:
+        return record
     preset = bool(record.rounds and record.rounds[0] and not record.rounds[0][0].agent.startswith("agent"))
     if preset and record.final_text is None:
         raise UsageError(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["AgentAnswer", "ItemRecord"]
 
@@ -66,10 +66,23 @@ class ItemRecord(BaseModel):
     stopped_early: bool = False
     """True when ``early_stop`` or ``debate_if_disagree`` ended the debate before its last round."""
     note: str | None = None
-    """Anything the reader should know (e.g. a preset's fallback reason)."""
+    """Anything the reader should know."""
+    fallback: str | None = None
+    """Why a preset's debate fell back (``timeout: ...``, ``budget: ...``): the unit is kept for
+    audit (its turns, calls, the fallback's text in ``final_text``) but is **not** the method's
+    answer: never scored, never a parse failure, never saved calls; ``--resume`` runs it again."""
     final_text: str | None = None
     """A preset's final answer as the engine returned it, before parsing (None for plain
     methods, whose final is the plurality of ``rounds``): what a rescore parses again."""
+
+    @model_validator(mode="after")
+    def _older_fallback(self) -> ItemRecord:
+        # Records written before ``fallback`` existed kept the reason in the note and were scored.
+        if self.fallback is None and self.note and self.note.startswith("fallback: "):
+            self.fallback, self.note = self.note.removeprefix("fallback: "), None
+        if self.fallback is not None:
+            self.final, self.correct, self.parse_failed, self.lenient = None, False, False, None
+        return self
 
     @property
     def tokens(self) -> int:

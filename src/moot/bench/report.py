@@ -32,6 +32,7 @@ __all__ = [
     "build_report",
     "command_line",
     "ensure_plotting",
+    "fallback_hint",
     "render_markdown",
     "rich_table",
     "write_plots",
@@ -130,14 +131,49 @@ def command_line(config: BenchConfig) -> str:
         parts.append(f"--temperature {config.temperature:g}")
     if config.max_tokens is not None:
         parts.append(f"--max-tokens {config.max_tokens}")
+    for name, seconds in config.deadlines.items():
+        parts.append(f"--deadline {seconds:g}" if name == "*" else f"--deadline {name}={seconds:g}")
     return " ".join(parts)
+
+
+def fallback_hint(methods: Sequence[MethodSummary], config: BenchConfig) -> str | None:
+    """What to say when units fell back: how many, why, and how to lift the deadline (None: none)."""
+    fell = [m for m in methods if m.fell_back]
+    if not fell:
+        return None
+    counts = ", ".join(f"{m.method} {m.fell_back}" for m in fell)
+    timed = [m.method for m in fell if any(r.startswith("timeout") for r, _ in m.fallbacks)]
+    text = f"{sum(m.fell_back for m in fell)} units fell back and are not scored ({counts})"
+    if timed:
+        lifts = " ".join(f"--deadline {name}={_lifted(config, name)}" for name in timed)
+        text += (
+            f"; a preset runs under its production deadline: lift it and run them again with "
+            f"`--resume OUT {lifts}`"
+        )
+    return text
+
+
+def _lifted(config: BenchConfig, name: str) -> str:
+    """A suggested deadline: ten times the one that cut the units (60 s if unknown)."""
+    current = config.deadlines.get(name, config.deadlines.get("*"))
+    if current is None:
+        from ..protocol import load_protocol
+
+        current = load_protocol(name).timeout
+    return f"{10 * current:g}" if current else "60"
+
+
+def _reasons(m: MethodSummary) -> str:
+    shown = "; ".join(f"{count}× {reason}" for reason, count in m.fallbacks[:3])
+    more = len(m.fallbacks) - 3
+    return shown + (f"; {more} other reasons" if more > 0 else "")
 
 
 def _results_table(report: Report) -> list[str]:
     lines = [
         "| method | n | accuracy | 95% CI | round-0 vote | parse failures | lenient accuracy | calls/item "
-        "| prompt tok/item | completion tok/item | wall s/item | acc % per 1k tok |",
-        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| prompt tok/item | completion tok/item | wall s/item | acc % per 1k tok | fell back (not scored) |",
+        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for m in report.methods:
         per_1k = m.accuracy_per_1k_tokens
@@ -147,10 +183,10 @@ def _results_table(report: Report) -> list[str]:
             f"| {_pct(m.lenient_accuracy)} | {_num(m.per_item(m.calls), 2)} "
             f"| {_num(m.per_item(m.prompt_tokens))} | {_num(m.per_item(m.completion_tokens))} "
             f"| {_num(m.per_item(m.wall_s), 2)} "
-            f"| {'n/a' if per_1k is None else _num(per_1k, 2)} |"
+            f"| {'n/a' if per_1k is None else _num(per_1k, 2)} | {m.fell_back} |"
         )
     for name, rate in report.baselines:
-        lines.append(f"| baseline: {name} | {report.n_items} | {_pct(rate)} | | | | | 0 | 0 | 0 | 0 | |")
+        lines.append(f"| baseline: {name} | {report.n_items} | {_pct(rate)} | | | | | 0 | 0 | 0 | 0 | | |")
     return lines
 
 
@@ -158,6 +194,8 @@ def _extras(report: Report) -> list[str]:
     lines = []
     for m in report.methods:
         bits = []
+        if m.fell_back:
+            bits.append(f"{m.fell_back} units fell back, not scored ({_reasons(m)})")
         if m.calls_saved:
             share = m.calls_saved / m.nominal_calls if m.nominal_calls else 0.0
             bits.append(f"{m.stopped_early} items stopped early, {m.calls_saved} calls saved ({_pct(share)})")
@@ -176,7 +214,7 @@ def _extras(report: Report) -> list[str]:
         if m.replies_truncated:
             bits.append(f"{m.replies_truncated} replies cut at max_tokens")
         if m.notes:
-            bits.append(f"{m.notes} items carry a note (e.g. a preset fallback), see results.jsonl")
+            bits.append(f"{m.notes} items carry a note, see results.jsonl")
         if bits:
             lines.append(f"- `{m.method}`: " + "; ".join(bits) + ".")
     return lines
@@ -228,6 +266,9 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         status += f"; {report.failures} units failed in the last invocation (`--resume` retries them)"
     if report.timed_out:
         status += "; the last invocation stopped at its `--timeout` (`--resume` continues)"
+    hint = fallback_hint(report.methods, c)
+    if hint:
+        status += f"; FELL BACK: {hint}"
     model = f"`{c.model}`" + (f" (`{report.model_name}`)" if report.model_name not in ("", c.model) else "")
     lines = [
         f"# moot bench: `{c.task}`",
@@ -274,6 +315,11 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         "consecutive rounds (right→wrong: talked out of a right answer).",
         "- Ties in a vote go to the tied answer given first in agent order; parse failures do not vote.",
         "- A matched vote (`--matched`) has as many calls as the debate's nominal call count.",
+        "- A preset runs under its production deadline (`answer`: 10 s on a remote backend) unless "
+        "`--deadline [PRESET=]SECONDS` sets another. A unit whose debate fell back (deadline, budget, "
+        "failed turn) is counted under *fell back* and left out of every other figure: its answer is "
+        "the fallback's, not the method's, so it is never scored, never a parse failure and its unmade "
+        "calls are not *saved*; `--resume` runs it again.",
         "- wall s/item is each unit's elapsed time, including waits at the model's concurrency gate; "
         "compare methods at `--concurrency 1` for clean latencies.",
         "",
@@ -437,6 +483,7 @@ def rich_table(report: Report) -> Any:
     headers = (
         "method",
         "n",
+        "fell back",
         "accuracy [95% CI]",
         "round-0",
         "parse fail",
@@ -451,6 +498,7 @@ def rich_table(report: Report) -> Any:
         table.add_row(
             m.method,
             str(m.n),
+            str(m.fell_back),
             f"{_pct(m.accuracy)} [{_pct(m.ci_low)}, {_pct(m.ci_high)}]",
             _pct(m.round0_accuracy),
             f"{m.parse_failures} ({_pct(m.parse_failure_rate)})",
@@ -460,5 +508,5 @@ def rich_table(report: Report) -> Any:
             _num(m.per_item(m.wall_s), 2) if not math.isnan(m.wall_s) else "n/a",
         )
     for name, rate in report.baselines:
-        table.add_row(f"baseline: {name.replace('`', '')}", str(report.n_items), _pct(rate), *[""] * 6)
+        table.add_row(f"baseline: {name.replace('`', '')}", str(report.n_items), "", _pct(rate), *[""] * 6)
     return table

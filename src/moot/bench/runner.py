@@ -13,6 +13,11 @@ Layout of ``--out DIR``:
   last line cut short by a crash mid-write is dropped (and truncated away)
   on resume; a damaged line elsewhere is an error, never silently skipped.
 
+A preset runs under its production deadline unless ``deadlines`` sets another (see
+:mod:`moot.bench.methods`). A unit whose debate fell back is written with its ``fallback``
+reason, kept out of the scores, and run again by ``--resume`` (its new line replaces it),
+so a resume with a lifted deadline (``--deadline answer=60``) finishes the run.
+
 A unit whose model call fails after its retries (:class:`~moot.errors.RunError`),
 or a preset whose backend failed on any turn, is not recorded either: an outage
 is never scored as a wrong answer. Failed units are retried within the same
@@ -46,10 +51,11 @@ try:
 except ImportError:  # pragma: no cover - Windows: no lock
     fcntl = None  # type: ignore[assignment]
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 import moot.redact as redact
 
+from ..deadline import Deadline, timeout_scope
 from ..errors import RunError, UsageError, error_text
 from ..models.base import Model, Usage
 from ..models.cache import open_cache, with_cache
@@ -70,6 +76,7 @@ __all__ = [
     "RunObserver",
     "UnitRunner",
     "bench_title",
+    "check_deadlines",
     "expand_methods",
     "load_records",
     "run_bench",
@@ -110,6 +117,18 @@ class BenchConfig(BaseModel):
     """ABSA: leave out aspects labelled ``conflict`` (counted in the report) instead of scoring the class."""
     max_errors: int = Field(10, ge=1)
     """Stop taking new units after this many failed ones in a row (a dead endpoint)."""
+    deadlines: dict[str, float] = Field(default_factory=dict)
+    """Seconds each unit of a preset may take, by preset (``"*"``: every preset); a preset
+    not named keeps its production deadline. Not part of a resume's fingerprint: a resume
+    may lift it."""
+
+    @field_validator("deadlines")
+    @classmethod
+    def _positive_deadlines(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, seconds in value.items():
+            if not seconds > 0:
+                raise ValueError(f"the deadline of {name} must be positive seconds, got {seconds!r}")
+        return value
 
 
 def _field_errors(exc: ValidationError) -> str:
@@ -170,8 +189,30 @@ def expand_methods(methods: Iterable[str], matched: bool = False) -> list[Method
     return list(out.values())
 
 
+def check_deadlines(deadlines: dict[str, float], specs: Iterable[MethodSpec]) -> None:
+    """Every method a deadline names is a preset of this run.
+
+    Raises:
+        UsageError: a deadline for a method that is not run, or that is not a preset (plain
+            methods have no fallback: the invocation's ``--timeout`` bounds them).
+    """
+    kinds = {s.name: s.kind for s in specs}
+    for name in deadlines:
+        if name == "*":
+            continue
+        if name not in kinds:
+            raise UsageError(f"--deadline {name}=...: {name} is not one of the methods ({', '.join(kinds)})")
+        if kinds[name] != "preset":
+            raise UsageError(
+                f"--deadline {name}=...: only presets have a deadline (a debate that falls back); "
+                "bound the whole invocation with --timeout"
+            )
+
+
 def load_records(path: Path, *, repair: bool = False) -> list[ItemRecord]:
-    """Read ``results.jsonl``; duplicates of an (item, method) keep the first line.
+    """Read ``results.jsonl``; of an (item, method)'s lines, the first that is not a fallback.
+
+    A resume's rerun of a fallen-back unit replaces it; a unit that only fell back keeps its last.
 
     Args:
         path: the file.
@@ -197,7 +238,9 @@ def load_records(path: Path, *, repair: bool = False) -> list[ItemRecord]:
             raise UsageError(
                 f"{path}:{number}: not a valid result line ({str(err).splitlines()[0]})"
             ) from None
-        records.setdefault((record.item_id, record.method), record)
+        key = (record.item_id, record.method)
+        if key not in records or records[key].fallback is not None:
+            records[key] = record
     return list(records.values())
 
 
@@ -245,7 +288,7 @@ class BenchRun:
         failures: ``(item_id, method, error)`` of units that failed.
         stopped: True when the run stopped early after ``max_errors`` failures in a row.
         retried: unit attempts repeated by the retry passes of this invocation.
-        timed_out: True when ``timeout`` ended this invocation.
+        timed_out: True when ``timeout_s`` ended this invocation.
         wall_s: elapsed seconds of this invocation.
         model_name: the name the backend reports (``config.model`` is the spec asked for).
         data_notes: what reading the data left out, and why (the task's notes).
@@ -268,8 +311,13 @@ class BenchRun:
 
     @property
     def complete(self) -> bool:
-        """True when every item has a record for every method."""
+        """True when every item has a record for every method (fallen-back units included)."""
         return len(self.records) == len(self.items) * len(self.specs)
+
+    @property
+    def fell_back(self) -> list[ItemRecord]:
+        """The units whose debate fell back: recorded, never scored (see :mod:`moot.bench.summary`)."""
+        return [r for r in self.records if r.fallback is not None]
 
 
 def _check_resume(out: Path, config: BenchConfig, resume: bool) -> None:
@@ -326,14 +374,16 @@ def bench_title(config: BenchConfig) -> str:
 def run_outcome(run: BenchRun) -> dict[str, Any]:
     """How a bench run ends for its observers: ``status``, ``usage``, ``summary``, ``score``, ``error``.
 
-    ``complete`` when every unit has a record, else ``failed`` (resume to finish it).
+    ``complete`` when every unit has a record, ``fell_back`` when some of them fell back (not
+    scored), else ``failed`` (resume to finish it).
     """
     from .summary import summarize
 
     by_method: dict[str, list[ItemRecord]] = {s.name: [] for s in run.specs}
     for r in run.records:
         by_method.setdefault(r.method, []).append(r)
-    accuracy = {name: summarize(name, recs).accuracy for name, recs in by_method.items() if recs}
+    summaries = [summarize(name, recs) for name, recs in by_method.items()]
+    accuracy = {m.method: m.accuracy for m in summaries if m.n}  # fallen-back units are not scored
     usage = Usage(
         calls=sum(r.calls for r in run.records),
         prompt_tokens=sum(r.prompt_tokens for r in run.records),
@@ -352,8 +402,11 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     if run.workers:  # units run on Ray workers: how many each did, and which died
         summary["workers"] = run.workers
     missing = expected - len(run.records)
+    fell_back = len(run.fell_back)
+    if fell_back:
+        summary["fell_back"] = fell_back
     return {
-        "status": "complete" if run.complete else "failed",
+        "status": ("fell_back" if fell_back else "complete") if run.complete else "failed",
         "usage": usage,
         "summary": summary,
         "score": max((a for a in accuracy.values() if a is not None), default=None),
@@ -385,7 +438,7 @@ async def run_bench(
     task: Task | None = None,
     observer: RunObserver | None = None,
     policy: RetryPolicy | None = None,
-    timeout: float | None = None,
+    timeout_s: float | None = None,
     unit_retries: int = 2,
     retry_pause: float = 2.0,
     units: UnitRunner | None = None,
@@ -408,8 +461,10 @@ async def run_bench(
         task: the task; default ``make_task(config.task)``.
         observer: progress hooks.
         policy: retry policy for plain calls.
-        timeout: seconds this invocation may take; at the deadline the units in flight are
-            dropped (not written) and the run returns incomplete (``timed_out``).
+        timeout_s: seconds this invocation may take; at the deadline the units in flight are
+            dropped (not written) and the run returns incomplete (``timed_out``). A unit's own
+            deadline (a preset's, ``config.deadlines``) is separate: it ends the debate, which
+            is written as fallen back.
         unit_retries: passes over the failed units after the first one (see the module docstring).
         retry_pause: seconds before the first retry pass (doubled, tripled... for later ones).
         units: run the units there instead of with ``model`` here (then ``model`` is not used
@@ -427,6 +482,7 @@ async def run_bench(
             different configuration, a damaged results file, or another process writing to ``out``.
     """
     started = time.perf_counter()
+    deadline = Deadline.within(timeout_s)  # converted once, before anything runs
     if model is None and units is None:
         raise TypeError("run_bench needs a model, or units to run them elsewhere")
     if model is not None and cache is not None:
@@ -435,6 +491,7 @@ async def run_bench(
     observer = observer or RunObserver()
     task = task or make_task(config.task, exclude_conflict=config.exclude_conflict)
     specs = expand_methods(config.methods, config.matched)
+    check_deadlines(config.deadlines, specs)
     items = task.items(config.n, config.seed)
     _check_resume(out, config, resume)
     try:
@@ -448,7 +505,7 @@ async def run_bench(
         )
         with observed(start, store=store) as handle:
             run = await _run(
-                config, model, out, resume, task, observer, policy, timeout,
+                config, model, out, resume, task, observer, policy, deadline,
                 unit_retries, retry_pause, units, specs, items, handle,
             )  # fmt: skip
             if units is not None and not run.workers:
@@ -466,7 +523,7 @@ async def _run(
     task: Task,
     observer: RunObserver,
     policy: RetryPolicy | None,
-    timeout: float | None,
+    deadline: Deadline | None,
     unit_retries: int,
     retry_pause: float,
     units: UnitRunner | None,
@@ -485,7 +542,7 @@ async def _run(
 
     results = out / RESULTS_FILE
     previous = load_records(results, repair=True) if resume else []
-    done = {(r.item_id, r.method) for r in previous}
+    done = {(r.item_id, r.method) for r in previous if r.fallback is None}  # fallen back: run again
     wanted = {(i.id, s.name) for i in items for s in specs}
     run = BenchRun(
         config=config,
@@ -498,7 +555,7 @@ async def _run(
     pending = [(i, s) for i in items for s in specs if (i.id, s.name) not in done]
     handle.emit(PipelineEvent(kind="bench_started", data={"total": len(wanted), "done": run.resumed}))
     for record in previous:  # the resumed units are this run's too
-        if (record.item_id, record.method) in wanted:
+        if (record.item_id, record.method) in done & wanted:
             handle.emit(_unit_event(record))
     observer.started(len(wanted), run.resumed)
     if units is not None:
@@ -512,6 +569,7 @@ async def _run(
             temperature=config.temperature,
             max_tokens=config.max_tokens,
             policy=policy or RetryPolicy(),
+            deadlines=dict(config.deadlines),
         )
         ctx.share_first_round(pending)
 
@@ -560,7 +618,7 @@ async def _run(
 
     with results.open("a", encoding="utf-8") as fh:
         try:
-            async with asyncio.timeout(timeout):
+            async with timeout_scope(deadline):
                 for attempt in range(1 + unit_retries):
                     failed = await one_pass(deque(pending), fh)
                     run.failures = [(i.id, s.name, message) for i, s, message in failed]

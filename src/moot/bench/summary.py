@@ -16,13 +16,16 @@ Definitions (the report repeats them):
 * **per-round accuracy** of an item that stopped early carries its last round
   forward (the answer it would have kept), so every round has all items.
 * **calls saved**: nominal calls minus calls made, over all items.
+* **fell back**: units whose debate fell back (a preset's deadline, budget or a failed
+  turn). They are left out of every other figure: not scored, not parse failures, their
+  calls not "saved"; the row counts them and says why (:attr:`MethodSummary.fallbacks`).
 * **accuracy per 1k tokens**: accuracy in percent divided by the mean prompt +
   completion tokens per item, in thousands.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,7 +33,7 @@ from .methods import MethodSpec
 from .records import AgentAnswer, ItemRecord
 from .stats import McNemar, majority, mcnemar, wilson_interval
 
-__all__ = ["MethodSummary", "RoundSummary", "comparisons", "round_summaries", "summarize"]
+__all__ = ["MethodSummary", "RoundSummary", "comparisons", "round_summaries", "scored", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,11 @@ class MethodSummary:
     saved_by_early_stop: int = 0
     """Nominal calls minus calls made and cached, over the items that stopped early only: a
     vote whose K samples came in one ``n=K`` request, or a reply from the cache, saved nothing."""
+    fell_back: int = 0
+    """Units whose debate fell back, left out of every other figure."""
+    fallbacks: tuple[tuple[str, int], ...] = ()
+    """(reason, units) of the fallen-back units, most common first; the reason is the fallback's
+    kind with its detail (``timeout: the debate exceeded 10 s``)."""
 
     @property
     def accuracy(self) -> float:
@@ -134,8 +142,15 @@ def _vote_correct(answers: Sequence[AgentAnswer], gold: str) -> bool:
     return majority([a.answer for a in answers]) == gold
 
 
+def scored(records: Sequence[ItemRecord]) -> list[ItemRecord]:
+    """The records that are a method's answers: every one but the fallen-back units."""
+    return [r for r in records if r.fallback is None]
+
+
 def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
-    """The figures of one method from its records."""
+    """The figures of one method from its records (fallen-back units counted apart)."""
+    reasons = Counter(r.fallback for r in records if r.fallback is not None)
+    records = scored(records)
     low, high = wilson_interval(sum(r.correct for r in records), len(records))
     replies = [a for r in records for rnd in r.rounds for a in rnd]
     return MethodSummary(
@@ -162,11 +177,14 @@ def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
         wall_s=sum(r.wall_s for r in records),
         stopped_early=sum(r.stopped_early for r in records),
         notes=sum(r.note is not None for r in records),
+        fell_back=sum(reasons.values()),
+        fallbacks=tuple(reasons.most_common()),
     )
 
 
 def round_summaries(method: str, records: Sequence[ItemRecord]) -> list[RoundSummary]:
     """Per-round vote and agent accuracy and flips of one method (see the module docstring)."""
+    records = scored(records)
     depth = max((len(r.rounds) for r in records), default=0)
     out = []
     for k in range(depth):
@@ -199,7 +217,7 @@ def comparisons(specs: Sequence[MethodSpec], records: Sequence[ItemRecord]) -> l
     Only items both methods finished are paired.
     """
     by_method: dict[str, dict[str, bool]] = defaultdict(dict)
-    for rec in records:
+    for rec in scored(records):
         by_method[rec.method][rec.item_id] = rec.correct
     names = {s.name for s in specs}
     pairs: list[tuple[str, str]] = []

@@ -26,7 +26,14 @@ import moot.cli._exit as _exit
 
 from ..app.recorder import recorded_ids
 from ..bench.records import ItemRecord
-from ..bench.report import REPORT_FILE, RICH_TABLE_DROP, ensure_plotting, rich_table, write_report
+from ..bench.report import (
+    REPORT_FILE,
+    RICH_TABLE_DROP,
+    ensure_plotting,
+    fallback_hint,
+    rich_table,
+    write_report,
+)
 from ..bench.runner import (
     MAX_ITEMS,
     RESULTS_FILE,
@@ -34,6 +41,7 @@ from ..bench.runner import (
     BenchConfig,
     BenchRun,
     RunObserver,
+    check_deadlines,
     expand_methods,
     load_records,
     read_run_file,
@@ -91,6 +99,28 @@ def _methods(text: str, early_stop: bool, debate_if_disagree: bool) -> list[str]
             part = f"{part}:{option}"
         if part:
             out.append(part)
+    return out
+
+
+def parse_deadlines(values: list[str]) -> dict[str, float]:
+    """``--deadline [PRESET=]SECONDS`` (repeatable, or comma-separated) as ``{preset or "*": s}``.
+
+    Raises:
+        UsageError: not seconds, or not positive.
+    """
+    out: dict[str, float] = {}
+    for value in values:
+        for part in value.split(","):
+            name, _, text = part.strip().rpartition("=")
+            try:
+                seconds = float(text)
+            except ValueError:
+                seconds = float("nan")
+            if not seconds > 0 or seconds == float("inf"):
+                raise UsageError(
+                    f"--deadline {part.strip()!r}: use SECONDS or PRESET=SECONDS (positive seconds)"
+                )
+            out[name.strip() or "*"] = seconds
     return out
 
 
@@ -233,6 +263,15 @@ def bench(
             help="Seconds this invocation may run; unfinished units are left for --resume (exit 1).",
         ),
     ] = None,
+    deadline: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--deadline",
+            metavar="[PRESET=]SECONDS",
+            help="Seconds each unit of a preset may take (default: the preset's production deadline, "
+            "e.g. answer: 10 s); repeatable. Units that fall back are not scored (exit 1).",
+        ),
+    ] = None,
     no_plots: Annotated[
         bool, typer.Option("--no-plots", help="Skip the PNG plots (no matplotlib needed).")
     ] = False,
@@ -249,7 +288,10 @@ def bench(
 ) -> None:
     """Benchmark methods on a task: accuracy with intervals, cost, flips and paired tests.
 
-    Exit codes: 0 complete; 1 incomplete (failed units, --timeout);
+    A preset runs under its production deadline (as ``moot run`` would) unless --deadline
+    sets another; a unit whose debate fell back is counted, never scored.
+
+    Exit codes: 0 complete; 1 incomplete (failed units, --timeout) or units fell back;
     2 usage error (bad option or data, --out in use); 130 Ctrl-C or SIGTERM.
     """
     apply_cache_options(cache, cache_file, cache_expiry, ray_address=ray_address)
@@ -268,6 +310,7 @@ def bench(
         "max_errors": max_errors,
         "exclude_conflict": exclude_conflict,
     }
+    deadlines = parse_deadlines(deadline or [])
     target = open_store(store, enabled=not no_store and not report_only)
     resumed = find_resume(resume, target) if resume is not None else None
     if resumed is not None:
@@ -275,6 +318,8 @@ def bench(
             raise UsageError(f"--resume: --out {out} contradicts the recorded run (out {resumed.out})")
         fields = merge_resume(resumed, {k: v for k, v in fields.items() if given.get(k)})
         out = resumed.out
+    if deadlines or resumed is None:  # a resume may lift the recorded deadlines
+        fields["deadlines"] = deadlines
     out_dir = out or default_out(
         fields["task"], fields["model"], fields["seed"], fields["methods"], fields["n"], fields["matched"]
     )
@@ -288,7 +333,7 @@ def bench(
             fields["concurrency"] = concurrency  # a resume keeps the recorded one unless given
         config = BenchConfig.model_validate(fields)
         # Bad methods or data fail here, as one line, not inside the progress display.
-        expand_methods(config.methods, config.matched)
+        check_deadlines(config.deadlines, expand_methods(config.methods, config.matched))
         make_task(config.task, exclude_conflict=config.exclude_conflict).items(config.n, config.seed)
         ray = ray_options(ray_address, ray_workers, config.concurrency)
         if ray is None:  # with --ray the model is built on each worker, never loaded here
@@ -328,7 +373,7 @@ def bench(
                             ray=ray,
                             resume=resumed is not None,
                             observer=observer,
-                            timeout=timeout,
+                            timeout_s=timeout,
                             model_concurrency=model_concurrency,
                             store=target,
                             continues=continues,
@@ -344,7 +389,7 @@ def bench(
                             out=out_dir,
                             resume=resumed is not None,
                             observer=observer,
-                            timeout=timeout,
+                            timeout_s=timeout,
                             store=target,
                             continues=continues,
                         ),
@@ -370,11 +415,15 @@ def bench(
             f"[yellow]stopped:[/] {run.config.max_errors} units failed in a row (--max-errors "
             f"{run.config.max_errors}), so no new units were started{last}"
         )
+    hint = fallback_hint(report.methods, run.config)
+    if hint:
+        console.print(f"[yellow]fell back:[/] {markup(hint.replace('OUT', str(out_dir)))}")
     if not run.complete:
         missing = len(run.items) * len(run.specs) - len(run.records)
         console.print(
             f"[yellow]incomplete:[/] {missing} item/method units missing; continue with --resume {out_dir}"
         )
+    if not run.complete or hint:
         raise typer.Exit(_exit.DEGRADED)
 
 

@@ -6,6 +6,11 @@ one JSON object per finished debate, the :class:`~moot.transcript.DebateResult` 
 item's key added as ``input_id``, written and flushed as each debate ends, so an
 interrupted batch keeps what finished. Run the same command again and the items already in
 the output are skipped: a batch resumes where it stopped.
+
+A debate that fell back (its deadline, a budget, a failed turn) is written like any other,
+and the batch exits 1; the summary says how many fell back, why, and, for a deadline, how
+to lift it (``--timeout S``). Running the command again runs the fallen-back topics again
+(their new line replaces the old one for the exit code and the next run).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +35,7 @@ from ..transcript import DebateResult
 from ._console import ProgressLines, progress_bar
 from ._io import read_jsonl, read_text
 
-__all__ = ["TopicItem", "read_done", "read_topics", "run_batch"]
+__all__ = ["TopicItem", "fallback_summary", "read_done", "read_topics", "run_batch"]
 
 _FIELDS = ("id", "topic", "context", "initial_answer")
 
@@ -148,11 +154,13 @@ def run_batch(
     code follows the contract over every result in the output file, earlier ones included.
     """
     previous = read_done(output)
-    todo = [item for item in items if item.key not in previous]
-    if len(todo) < len(items):
+    again = [item for item in items if item.key in previous and previous[item.key].fallback is not None]
+    todo = [item for item in items if item.key not in previous or item in again]
+    if len(todo) < len(items) or again:
         skipped = len(items) - len(todo)
-        console.print(f"{skipped} of {len(items)} topics already in {output}: skipped", markup=False)
-    results: list[DebateResult] = []
+        rerun = f"; {len(again)} that fell back run again" if again else ""
+        console.print(f"{skipped} of {len(items)} topics already in {output}: skipped{rerun}", markup=False)
+    results: dict[str, DebateResult] = {}
 
     async def main() -> None:
         gate = asyncio.Semaphore(concurrency)
@@ -179,8 +187,8 @@ def run_batch(
                 line = {"input_id": item.key, **result.model_dump(mode="json")}
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
                 out.flush()  # a killed batch keeps every finished line
-                results.append(result)
-                degraded = sum(_exit.for_debate(r) != 0 for r in results)
+                results[item.key] = result
+                degraded = sum(_exit.for_debate(r) != 0 for r in results.values())
                 if progress is not None and task is not None:
                     progress.update(task, advance=1, status=f"{degraded} fell back" if degraded else "")
                 else:
@@ -192,7 +200,28 @@ def run_batch(
                 await debate.aclose()
 
     asyncio.run(main())
-    degraded = sum(_exit.for_debate(r) != 0 for r in results)
+    degraded = sum(_exit.for_debate(r) != 0 for r in results.values())
     note = f" ({degraded} fell back or had failed calls)" if degraded else ""
     console.print(f"wrote {len(results)} results to {output}{note}", markup=False)
-    return _exit.for_debates([*previous.values(), *results])
+    final = previous | results
+    hint = fallback_summary(list(final.values()))
+    if hint:
+        console.print(f"fell back: {hint}", markup=False)
+    return _exit.for_debates(final.values())
+
+
+def fallback_summary(results: list[DebateResult]) -> str | None:
+    """How many results fell back and why; for a deadline, how to lift it (None: none fell back)."""
+    reasons = Counter(r.fallback for r in results if r.fallback is not None)
+    if not reasons:
+        return None
+    shown = "; ".join(f"{count}x {reason}" for reason, count in reasons.most_common(3))
+    more = f"; {len(reasons) - 3} other reasons" if len(reasons) > 3 else ""
+    text = f"{sum(reasons.values())} of {len(results)} debates ({shown}{more})"
+    if any(reason.startswith("timeout") for reason in reasons):
+        longest = max((r.timings.deadline_s or 0.0) for r in results if r.fallback)
+        text += (
+            f"; a preset runs under its production deadline: lift it with --timeout "
+            f"{max(60.0, 10 * longest):g} and run the same command again (fallen-back topics run again)"
+        )
+    return text

@@ -37,6 +37,9 @@ class BenchJob(Job):
     temperature: float | None
     max_tokens: int | None
     policy: RetryPolicy
+    deadlines: dict[str, float] = field(default_factory=dict)
+    """Seconds per unit of a preset, as ``BenchConfig.deadlines``: a worker starts each unit's
+    debate with its own deadline from them (no clock crosses machines)."""
     _ctx: MethodContext | None = field(default=None, repr=False)
 
     async def run(self, model: Model, unit: Any) -> ItemRecord:
@@ -50,6 +53,7 @@ class BenchJob(Job):
                 temperature=self.temperature,
                 max_tokens=self.max_tokens,
                 policy=self.policy,
+                deadlines=self.deadlines,
             )
         return await run_method(spec, item, self._ctx)
 
@@ -112,7 +116,7 @@ async def run_bench_ray(
     task: Task | None = None,
     observer: RunObserver | None = None,
     policy: RetryPolicy | None = None,
-    timeout: float | None = None,
+    timeout_s: float | None = None,
     unit_retries: int = 2,
     retry_pause: float = 2.0,
     model_concurrency: int | None = None,
@@ -132,7 +136,8 @@ async def run_bench_ray(
         task: the task (default ``make_task(config.task)``); sent to every worker once.
         observer: progress hooks, called on this process as units come back.
         policy: retry policy for plain calls (applied on the workers).
-        timeout: seconds this invocation may take, as for ``run_bench``.
+        timeout_s: seconds this invocation may take, as for ``run_bench`` (kept here, on the
+            driver: units in flight at its end are dropped).
         unit_retries: passes over failed units, as for ``run_bench``.
         retry_pause: seconds before the first retry pass, as for ``run_bench``.
         store: record the benchmark, as ``run_bench`` does (this process records every unit).
@@ -143,7 +148,14 @@ async def run_bench_ray(
     """
     options = ray or RayOptions()
     task = task or make_task(config.task, exclude_conflict=config.exclude_conflict)
-    job = BenchJob(task, config.seed, config.temperature, config.max_tokens, policy or RetryPolicy())
+    job = BenchJob(
+        task,
+        config.seed,
+        config.temperature,
+        config.max_tokens,
+        policy or RetryPolicy(),
+        deadlines=dict(config.deadlines),
+    )
     source = model_source(model if model is not None else config.model, model_concurrency)
     with connect(options) as ray_module:
         async with worker_pool(ray_module, source, job, options) as pool:
@@ -155,7 +167,7 @@ async def run_bench_ray(
                 task=task,
                 observer=observer,
                 policy=policy,
-                timeout=timeout,
+                timeout_s=timeout_s,
                 unit_retries=unit_retries,
                 retry_pause=retry_pause,
                 store=store,
