@@ -402,12 +402,17 @@ def bench(
                 raise typer.Exit(_exit.INTERRUPTED) from None
             finally:
                 signal.signal(signal.SIGTERM, previous)
-    report = write_report(run, out_dir, plots=not no_plots)
+    _finish(run, out_dir, console, plots=not no_plots, timeout=timeout)
+
+
+def _finish(run: BenchRun, out_dir: Path, console: Console, *, plots: bool, timeout: float | None) -> None:
+    """Write the report, print the table and what is left to do; exit 1 unless every unit is scored."""
+    report = write_report(run, out_dir, plots=plots)
     print_table(make_console(), rich_table(report), drop=RICH_TABLE_DROP)
     console.print(f"report: {out_dir / REPORT_FILE}  results: {out_dir / RESULTS_FILE}")
     if run.retried:
         console.print(f"retried {run.retried} failed unit attempts in this invocation")
-    if run.timed_out:
+    if run.timed_out and timeout is not None:
         console.print(f"[yellow]timeout:[/] stopped after --timeout {timeout:g} s")
     if run.stopped:
         last = f"; the last: {markup(run.failures[-1][2])}" if run.failures else ""
