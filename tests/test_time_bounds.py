@@ -12,7 +12,7 @@ import pytest
 from fault_server import Fate, FaultServer, schema_reply
 from moot import Debate, FunctionModel, ModelRequest, models
 from moot.cli import main
-from moot.deadline import DEFAULT_DEADLINE, Deadline, local_estimate, planned_calls, run_deadline
+from moot.deadline import DEFAULT_TIMEOUT_S, Deadline, local_estimate, planned_calls, run_timeout_s
 from moot.errors import ModelTimeoutError, UsageError
 from moot.models import base
 from moot.models.base import CallStats, Message, default_request_timeout
@@ -103,18 +103,18 @@ class TestConfiguration:
 class TestDeadlines:
     def test_explicit_timeout_wins(self) -> None:
         protocol = load_protocol("answer", {"timeout": 3})
-        assert run_deadline(protocol, [5.0], explicit=True) == 3
+        assert run_timeout_s(protocol, [5.0], explicit=True) == 3
 
     def test_remote_uses_the_seed_deadline_or_the_default(self) -> None:
-        assert run_deadline(load_protocol("answer"), [None], explicit=False) == 10
-        assert run_deadline(load_protocol("panel"), [None, None], explicit=False) == DEFAULT_DEADLINE
+        assert run_timeout_s(load_protocol("answer"), [None], explicit=False) == 10
+        assert run_timeout_s(load_protocol("panel"), [None, None], explicit=False) == DEFAULT_TIMEOUT_S
 
     def test_a_slow_local_model_gets_a_deadline_that_fits_a_full_debate(self) -> None:
         protocol = load_protocol("answer")
         assert planned_calls(protocol) == [500, 500, 500, 500, 800]
-        slow = run_deadline(protocol, [None, 40.0], explicit=False)
+        slow = run_timeout_s(protocol, [None, 40.0], explicit=False)
         assert slow is not None and slow == local_estimate(protocol, 40.0) > 10
-        fast = run_deadline(protocol, [4000.0], explicit=False)
+        fast = run_timeout_s(protocol, [4000.0], explicit=False)
         assert fast == 30.0  # the floor: never shorter, and never below the seed's 10 s
 
     @pytest.mark.parametrize("name", preset_names())

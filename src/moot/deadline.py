@@ -17,7 +17,7 @@ are kept, marked cancelled. Which budget:
    (``None`` there means no deadline at all).
 2. Remote backends (OpenAI-compatible servers, Anthropic: ``tokens_per_second`` is
    None): the protocol's own ``timeout`` (the seeds' values, e.g. 10 s for ``answer``),
-   else :data:`DEFAULT_DEADLINE`.
+   else :data:`DEFAULT_TIMEOUT_S`.
 3. A backend that declares its speed (``local`` measures tokens/s when it loads): the
    larger of the protocol's ``timeout`` and an estimate of one full debate at that
    speed, :func:`local_estimate`. On a 2-core machine the embedded model cannot finish
@@ -35,13 +35,13 @@ from .protocol import Protocol
 
 __all__ = [
     "CONSTRAINED_COST",
-    "DEFAULT_DEADLINE",
+    "DEFAULT_TIMEOUT_S",
     "Deadline",
     "MARGIN",
     "PROMPT_TOKENS",
     "local_estimate",
     "planned_calls",
-    "run_deadline",
+    "run_timeout_s",
     "timeout_scope",
 ]
 
@@ -98,7 +98,7 @@ def timeout_scope(deadline: Deadline | None) -> asyncio.Timeout:
     return asyncio.timeout(None) if deadline is None else deadline.scope()
 
 
-DEFAULT_DEADLINE = 300.0
+DEFAULT_TIMEOUT_S = 300.0
 """Seconds, for protocols that set no ``timeout``, on remote backends."""
 CONSTRAINED_COST = 2.5
 """Cost of one schema-constrained token relative to a free one (grammar decoding, measured ~2.3x)."""
@@ -129,7 +129,7 @@ def local_estimate(protocol: Protocol, tokens_per_second: float) -> float:
     return max(FLOOR, MARGIN * work / max(tokens_per_second, 1e-3))
 
 
-def run_deadline(protocol: Protocol, speeds: list[float | None], *, explicit: bool) -> float | None:
+def run_timeout_s(protocol: Protocol, speeds: list[float | None], *, explicit: bool) -> float | None:
     """The budget in seconds (None: none) of one run of ``protocol``; see the module docstring.
 
     Args:
@@ -141,6 +141,6 @@ def run_deadline(protocol: Protocol, speeds: list[float | None], *, explicit: bo
         return protocol.timeout
     known = [s for s in speeds if s is not None]
     if not known:
-        return protocol.timeout if protocol.timeout is not None else DEFAULT_DEADLINE
+        return protocol.timeout if protocol.timeout is not None else DEFAULT_TIMEOUT_S
     estimate = local_estimate(protocol, min(known))
     return max(estimate, protocol.timeout or 0.0)

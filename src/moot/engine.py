@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .deadline import Deadline, run_deadline
+from .deadline import Deadline, run_timeout_s
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
 from .models import Model, ModelLike, default_model_spec, model_info, resolve_model
@@ -178,7 +178,7 @@ class Debate:
         if not self._explicit_timeout:
             models = {id(m): m for m in (self.model_for(k) for k in self.protocol.personas)}
             speeds = [await m.expected_speed() for m in models.values()]
-        return run_deadline(self.protocol, speeds, explicit=self._explicit_timeout)
+        return run_timeout_s(self.protocol, speeds, explicit=self._explicit_timeout)
 
     async def aclose(self) -> None:
         """Close what the resolved models hold for the running event loop (``run_sync`` does this).
