@@ -54,8 +54,8 @@ def _config_fields(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in BenchConfig.model_fields}
 
 
-def find_resume(target: str, store: RunStore | None) -> Resumed:
-    """Resolve ``--resume TARGET``: a bench output folder, or a bench run id in the store.
+def find_resume(target: str, store: RunStore | None, flag: str = "--resume") -> Resumed:
+    """Resolve ``--resume TARGET`` (or ``--replay``): a bench output folder, or a bench run id in the store.
 
     Raises:
         UsageError: neither, or the run is not a bench run.
@@ -64,7 +64,7 @@ def find_resume(target: str, store: RunStore | None) -> Resumed:
     if path.is_dir():
         meta = path / RUN_FILE
         if not meta.is_file():
-            raise UsageError(f"--resume {target}: no {RUN_FILE} in that folder, so nothing to resume")
+            raise UsageError(f"{flag} {target}: no {RUN_FILE} in that folder, so nothing to resume")
         data = read_run_file(meta)
         run_id = None
         if store is not None:  # continue the store's record of this folder, if it has one
@@ -73,15 +73,15 @@ def find_resume(target: str, store: RunStore | None) -> Resumed:
             run_id = found[0].id if found else None
         return Resumed(_config_fields(data), path, run_id)
     if store is None:
-        raise UsageError(f"--resume {target}: no such folder (and the run store is off, so no run id either)")
+        raise UsageError(f"{flag} {target}: no such folder (and the run store is off, so no run id either)")
     try:
         record = store.get(target)
     except UsageError:
         raise UsageError(
-            f"--resume {target}: neither a bench output folder nor a run id in {store.path}"
+            f"{flag} {target}: neither a bench output folder nor a run id in {store.path}"
         ) from None
     if record.kind != "bench":
-        raise UsageError(f"--resume {target}: run {record.id[:8]} is a {record.kind!r} run, not a bench run")
+        raise UsageError(f"{flag} {target}: run {record.id[:8]} is a {record.kind!r} run, not a bench run")
     return Resumed(_config_fields(record.config), Path(record.config["out"]), record.id)
 
 

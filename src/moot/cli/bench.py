@@ -50,6 +50,8 @@ from ..bench.runner import (
 from ..bench.tasks import make_task
 from ..errors import UsageError
 from ..models import run_with_model
+from ..models.testing import ReplayModel
+from ..observe import annotate
 from ..protocol import MAX_TOKENS_PER_CALL
 from ..runs import open_store
 from ._bench_store import (
@@ -222,6 +224,15 @@ def bench(
             help="Continue a run (its --out folder or its run id) with its recorded settings.",
         ),
     ] = None,
+    replay: Annotated[
+        str | None,
+        typer.Option(
+            "--replay",
+            metavar="DIR|RUN_ID",
+            help="Re-run a recorded bench from its recorded replies (no request): its settings, the "
+            "--methods you give; a sample it never recorded fails its unit, naming it.",
+        ),
+    ] = None,
     matched: Annotated[
         bool, typer.Option("--matched", help="Add a vote with as many calls as each debate method.")
     ] = False,
@@ -320,6 +331,7 @@ def bench(
         out = resumed.out
     if deadlines or resumed is None:  # a resume may lift the recorded deadlines
         fields["deadlines"] = deadlines
+    fields, out, replayed = _replay(replay, resumed, target, fields, given, out)
     out_dir = out or default_out(
         fields["task"], fields["model"], fields["seed"], fields["methods"], fields["n"], fields["matched"]
     )
@@ -339,7 +351,7 @@ def bench(
         if ray is None:  # with --ray the model is built on each worker, never loaded here
             from ..models import resolve_model
 
-            backend = resolve_model(config.model)
+            backend = resolve_model(config.model) if replayed is None else replayed
             if model_concurrency is not None:
                 backend.max_concurrency = model_concurrency
         columns = (
@@ -351,7 +363,10 @@ def bench(
             TimeRemainingColumn(),
         )
         continues = resumed.run_id if resumed is not None else None
+        if replayed is not None and ray is not None:
+            raise UsageError("--replay answers from this process's record of the run: it cannot run on --ray")
         with (
+            annotate(config={"replay": {"from": replay}} if replay is not None else None),
             recorded_ids() as ids,  # the run records itself (store=), once out is checked and locked
             (
                 Progress(*columns, console=console, transient=False)
@@ -430,6 +445,37 @@ def _finish(run: BenchRun, out_dir: Path, console: Console, *, plots: bool, time
         )
     if not run.complete or hint:
         raise typer.Exit(_exit.DEGRADED)
+
+
+def _replay(
+    replay: str | None,
+    resumed: Any,
+    store: Any,
+    fields: dict[str, Any],
+    given: dict[str, bool],
+    out: Path | None,
+) -> tuple[dict[str, Any], Path | None, ReplayModel | None]:
+    """``--replay DIR|RUN_ID``: the recorded settings (the options given win) and the model of its replies.
+
+    Raises:
+        UsageError: with --resume, an --out that is the recorded run's own folder, or no results.
+    """
+    if replay is None:
+        return fields, out, None
+    if resumed is not None:
+        raise UsageError("--replay runs a recorded bench again into a new folder: it cannot --resume one")
+    found = find_resume(replay, store, flag="--replay")
+    merged = dict(found.config) | {k: v for k, v in fields.items() if given.get(k)}
+    if out is None:
+        out = default_out(
+            merged["task"], merged["model"], merged["seed"], merged["methods"], merged.get("n"), False
+        ).with_name(f"{found.out.name}-replay")
+    if out.resolve() == found.out.resolve():
+        raise UsageError(f"--replay: --out {out} is the recorded run's own folder; give another")
+    results = found.out / RESULTS_FILE
+    if not results.is_file():
+        raise UsageError(f"--replay {replay}: no {RESULTS_FILE} in {found.out}, so no replies to replay")
+    return merged, out, ReplayModel.from_bench(load_records(results))
 
 
 def register(app: typer.Typer) -> None:

@@ -245,7 +245,8 @@ def from_spec(rest: str) -> Model:
     return SchemaModel()
 
 
-_Slot = tuple[str, int, str]
+_Slot = tuple[str, int, str, str | None, str | None]
+"""Who asked: speaker, round, phase, and for a benchmark's calls the item and the method."""
 
 
 class ReplayModel(Model):
@@ -293,7 +294,13 @@ class ReplayModel(Model):
         self.last_round = 0
         for turn in turns:
             data = turn.model_dump(mode="json") if hasattr(turn, "model_dump") else dict(turn)
-            slot = (str(data["speaker"]), int(data["round"]), str(data.get("phase") or "turn"))
+            slot = (
+                str(data["speaker"]),
+                int(data["round"]),
+                str(data.get("phase") or "turn"),
+                data.get("item"),
+                data.get("method"),
+            )
             self._replies.setdefault(slot, deque()).append(data)
             self.last_round = max(self.last_round, slot[1])
         if live is not None:
@@ -316,6 +323,34 @@ class ReplayModel(Model):
         return cls(turns, **kwargs)
 
     @classmethod
+    def from_bench(cls, records: Iterable[Any], **kwargs: Any) -> ReplayModel:
+        """From a benchmark's unit records (``ItemRecord`` objects or their JSON data).
+
+        Each agent's reply at each round of each unit is one recorded reply, keyed by item,
+        method, agent and round; a round-0 sample also answers the same item and agent under
+        another plain method (``single``, ``vote:K`` and ``society:N:T`` share round 0), so a
+        replay with another method list reuses them and names any sample never recorded.
+        A preset's units (debates inside the bench) keep no per-request replies: not replayable.
+        """
+        turns: list[dict[str, Any]] = []
+        for record in records:
+            data = record.model_dump(mode="json") if hasattr(record, "model_dump") else record
+            for number, answers in enumerate(data.get("rounds") or []):
+                for answer in answers:
+                    turns.append(
+                        {
+                            "speaker": answer["agent"],
+                            "round": number,
+                            "phase": "bench",
+                            "item": data["item_id"],
+                            "method": data["method"],
+                            "raw": answer.get("text", ""),
+                        }
+                    )
+        kwargs.setdefault("name", "replay")
+        return cls(turns, **kwargs)
+
+    @classmethod
     def from_run(cls, store: RunStore, run_id: str, **kwargs: Any) -> ReplayModel:
         """From a run in a run store (its id or a unique prefix).
 
@@ -330,13 +365,28 @@ class ReplayModel(Model):
     def _slot(self, request: ModelRequest) -> _Slot:
         meta = request.metadata
         speaker, phase = str(meta.get("speaker", "")), str(meta.get("phase") or "turn")
-        return (speaker, int(meta.get("round", 0) or 0), phase)
+        item, method = meta.get("item"), meta.get("method")
+        return (
+            speaker,
+            int(meta.get("round", 0) or 0),
+            phase,
+            None if item is None else str(item),
+            None if method is None else str(method),
+        )
 
     def _recorded(self, slot: _Slot) -> dict[str, Any] | None:
         replies = self._replies.get(slot)
         if not replies and slot[2] == "judge":  # a judge is recorded with its last round's number
             replies = next((v for k, v in self._replies.items() if k[0] == slot[0] and k[2] == "judge"), None)
-        return replies.popleft() if replies else None
+        if not replies and slot[2] == "bench" and slot[1] == 0:
+            # Round 0 is the same sample in every plain method: any method's recording serves.
+            found = next((v for k, v in self._replies.items() if k[:4] == slot[:4] and v), None)
+            return dict(found[0]) if found else None
+        if not replies:
+            return None
+        # A bench's replies are served again for each unit that asks (shared round 0); a
+        # debate's are used once each, in order.
+        return dict(replies[0]) if slot[2] == "bench" else replies.popleft()
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """The recorded reply for this request's speaker, round and phase (or ``live``'s)."""
@@ -350,9 +400,12 @@ class ReplayModel(Model):
             if self.live is not None:
                 return await self.live.request(request)
             who = {"speaker": slot[0], "round": slot[1], "phase": slot[2]}
+            where = f"round {slot[1]}, {slot[2]}"
+            if slot[3] is not None:
+                who |= {"item": slot[3], "method": slot[4]}
+                where += f", item {slot[3]}, {slot[4]}"
             raise ReplayMissingError(
-                f"the recorded run has no reply for {slot[0]} (round {slot[1]}, {slot[2]}); "
-                "a replay sends no request",
+                f"the recorded run has no reply for {slot[0]} ({where}); a replay sends no request",
                 request=who,
                 model=self.name,
             )
