@@ -164,3 +164,22 @@ def test_cache_stats_prune_clear(
     assert main(["cache", "clear", "--yes", "--cache-file", str(tmp_path / "none.db")]) == 2
     assert main(["run", "Why?", "--model", "openai:m", "--cache", "--cache-expiry", "soon"]) == 2
     assert "not an age" in capsys.readouterr().err
+
+
+def test_the_viewer_shows_cached_replies_apart_from_calls(
+    server: FaultServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from moot.runs import RunStore
+    from moot.view import create_app
+
+    store = tmp_path / "runs.db"
+    argv = ["run", "Why?", "--model", "openai:m", "--json", "--cache", "--store", str(store)]
+    main(argv)
+    main(argv)
+    capsys.readouterr()
+    with RunStore(store) as opened:
+        second = opened.list()[0].id  # newest first
+    page = TestClient(create_app(store), base_url="http://127.0.0.1").get(f"/runs/{second}").text
+    assert "0 calls" in page and "5 replies from the cache or a replay (no call)" in page

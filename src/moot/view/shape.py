@@ -128,6 +128,7 @@ class DebateView:
     debate_id: str = ""
     fallback: str | None = None
     calls: int = 0
+    cached: int = 0
     tokens: int = 0
     failed: int = 0
     cancelled: int = 0
@@ -195,6 +196,7 @@ def debate_view(result: DebateResult | None, turns: list[Turn] | None = None, to
     view.shared_prompts = _shared_prompts(turns)
     for t in turns:
         view.calls += t.usage.calls
+        view.cached += t.usage.cached
         view.tokens += t.usage.total_tokens
         view.cancelled += t.cancelled
         view.failed += (not t.ok) and not t.cancelled
