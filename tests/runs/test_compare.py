@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,23 @@ def test_settings_that_differ_and_item_by_item(runs: tuple[Path, str, str]) -> N
     by_item = dict(cmp.items)
     assert by_item["i5"]["single"] == (True, False) and by_item["i1"]["single"] == (True, None)
     assert by_item["i12"]["society:3:2"] == (None, False)
+
+
+def test_two_benches_that_differ_only_in_model_concurrency_say_so(
+    tmp_path: Path, fake_provider: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_helpers import oracle
+
+    fake_provider("cmpconc", lambda rest: oracle(lambda i, a, r: "right" if (i + a) % 2 else "wrong"))
+    bench = ["bench", "--methods", "single,vote:3", "--n", "4", "--no-plots", "--model", "cmpconc:x"]
+    assert main([*bench, "--out", str(tmp_path / "a")]) == 0
+    assert main([*bench, "--out", str(tmp_path / "b"), "--model-concurrency", "2"]) == 0
+    with RunStore(os.environ["MOOT_STORE"]) as store:
+        b, a = store.list()
+        cmp = compare_runs(store, a.id, b.id)
+    assert [(name, x, y) for name, x, y in cmp.differ] == [("model_concurrency", "16", "2")]
+    capsys.readouterr()
+    assert main(["runs", "compare", a.id[:8], b.id[:8]]) == 0
+    out = capsys.readouterr().out
+    assert "settings that differ" in out and "model_concurrency" in out

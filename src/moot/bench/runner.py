@@ -57,7 +57,7 @@ import moot.redact as redact
 
 from ..deadline import Deadline, timeout_scope
 from ..errors import RunError, UsageError, error_text
-from ..models.base import Model, Usage
+from ..models.base import Model, Usage, model_info
 from ..models.cache import open_cache, with_cache
 from ..models.retry import RetryPolicy
 from ..observe import PipelineEvent, RunHandle, RunStart, observed
@@ -499,7 +499,12 @@ async def run_bench(
     except OSError as err:  # a file where the directory should be, no permission...
         raise UsageError(f"cannot use --out {out}: {err.strerror or err}") from None
     with _out_lock(out):  # held until the last line is written
-        recorded = config.model_dump(mode="json") | {"out": str(out.resolve())}
+        recorded = config.model_dump(mode="json") | {"out": str(out.resolve()), "timeout_s": timeout_s}
+        if model is not None:  # what compare shows when two runs differ only there
+            recorded |= {
+                "endpoint": model_info(model).get("endpoint"),
+                "model_concurrency": model.max_concurrency,
+            }
         start = RunStart(
             kind="bench", title=bench_title(config), model=config.model, config=recorded, continues=continues
         )
