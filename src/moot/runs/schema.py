@@ -155,6 +155,16 @@ MIGRATIONS: dict[int, list[str]] = {
         "INSERT OR REPLACE INTO search_docs (doc, run_id) SELECT rowid, run_id FROM search "
         "WHERE rowid NOT IN (SELECT doc FROM search_docs)",
     ],
+    # v6: a run's usage keeps every count of its Usage (``runs list`` showed attempts 0 for a run
+    # whose result said 5): requests sent (``attempts``) and replies from a response cache
+    # (``cached``); older runs take them from their stored result where it has a usage.
+    6: [
+        "ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN cached INTEGER NOT NULL DEFAULT 0",
+        "UPDATE runs SET attempts = COALESCE(json_extract(result, '$.usage.attempts'), 0), "
+        "cached = COALESCE(json_extract(result, '$.usage.cached'), 0) "
+        "WHERE result IS NOT NULL AND json_valid(result) AND json_type(result) = 'object'",
+    ],
 }
 """Schema version -> the statements that bring version ``n - 1`` to ``n``."""
 

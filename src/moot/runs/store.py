@@ -151,6 +151,9 @@ class RunStore:
                 self._db.execute("PRAGMA journal_mode = WAL")
                 self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate(must_exist)
+            # Usage's attempts and cached have columns from schema 6; an older store read as is has none.
+            extra = ", attempts, cached" if self._version() >= 6 else ", 0, 0"
+            self._columns = _LIST_COLUMNS + extra
         except sqlite3.DatabaseError as exc:
             self._db_close_quietly()
             if "not a database" in str(exc):
@@ -423,6 +426,8 @@ class RunStore:
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
             }
+            if self._columns.endswith("attempts, cached"):
+                fields |= {"attempts": usage.attempts, "cached": usage.cached}
         if ended:
             fields["ended_at"] = time.time()
         for name, value in fields.items():
@@ -486,7 +491,7 @@ class RunStore:
     @staticmethod
     def _record(row: sqlite3.Row | tuple[Any, ...], with_result: bool) -> RunRecord:
         (rid, kind, status, title, model, started, ended, host, pid, argv, config, version) = row[:12]
-        calls, prompt, completion, score, summary, error = row[12:18]
+        calls, prompt, completion, score, summary, error, attempts, cached = row[12:20]
         if status == "running" and not _alive(host, pid):
             status, error = "interrupted", error or "the process ended without finishing the run"
         return RunRecord(
@@ -502,10 +507,16 @@ class RunStore:
             argv=redact.argv(json.loads(argv)),
             config=json.loads(redact.text(config)),
             moot_version=version,
-            usage=Usage(calls=calls, prompt_tokens=prompt, completion_tokens=completion),
+            usage=Usage(
+                calls=calls,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                attempts=attempts,
+                cached=cached,
+            ),
             score=score,
             summary=json.loads(redact.text(summary)),
-            result=json.loads(redact.text(row[18])) if with_result and row[18] is not None else None,
+            result=json.loads(redact.text(row[20])) if with_result and row[20] is not None else None,
             error=None if error is None else redact.text(error),
         )
 
@@ -516,7 +527,7 @@ class RunStore:
             UsageError: no such run, or an ambiguous prefix.
         """
         full = self.resolve_id(run_id)
-        row = self._execute(f"SELECT {_LIST_COLUMNS}, result FROM runs WHERE id = ?", (full,)).fetchone()
+        row = self._execute(f"SELECT {self._columns}, result FROM runs WHERE id = ?", (full,)).fetchone()
         return self._record(row, True)
 
     def _where(
@@ -588,7 +599,7 @@ class RunStore:
             "cost": "(prompt_tokens + completion_tokens) DESC, started_at DESC",
             "score": "score IS NULL, score DESC, started_at DESC",
         }[sort]
-        sql = f"SELECT {_LIST_COLUMNS} FROM runs{where} ORDER BY {order}"
+        sql = f"SELECT {self._columns} FROM runs{where} ORDER BY {order}"
         if status in _LIVE:  # few rows, filtered after the liveness check: page in Python
             runs = [
                 r for r in map(self._record_row, self._execute(sql, params).fetchall()) if r.status == status
