@@ -132,3 +132,42 @@ def test_a_bench_stopped_by_max_errors_says_so_with_the_count(
     assert main([*args, "--max-errors", "2", "--concurrency", "1", "--out", str(tmp_path / "b")]) == 1
     err = capsys.readouterr().err
     assert "stopped: 2 units failed in a row (--max-errors 2)" in err and "ModelConnectionError" in err
+
+
+def _units(out: Path) -> dict[tuple[str, str], tuple[object, ...]]:
+    units = {}
+    for line in (out / "results.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        units[(r["item_id"], r["method"])] = (r["final"], r["correct"], r["calls"], r["prompt_tokens"])
+    return units
+
+
+def test_a_full_disk_mid_bench_exits_1_naming_the_file_and_resume_completes_identically(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real full disk: a 48 kB tmpfs (needs root); the resume runs after it is grown to 4 MB."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(disk)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        args = ["bench", "--model", "test", "--methods", "single,vote:3", "--n", "60", "--no-plots"]
+        out = disk / "b"
+        assert main([*args, "--out", str(out)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"moot: error: cannot write {out / 'results.jsonl'}: No space left on device;")
+        assert f"units are written to {out}: free space and continue with --resume {out}" in err
+        written = int(err.split("; ")[1].split()[0])
+        assert 0 < written < 120
+        subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
+        assert main(["bench", "--resume", str(out), "--no-plots"]) == 0
+        assert main([*args, "--out", str(tmp_path / "clean")]) == 0
+        assert _units(out) == _units(tmp_path / "clean")  # the same 120 units as a run never interrupted
+        assert len(_units(out)) == 120
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

@@ -12,6 +12,7 @@ structured fields so callers can react without parsing messages::
     │   ├── MissingCredentialsError    an API key is missing (.env_var)
     │   └── ModelRequestsBlocked       a real model was called while requests are disabled
     └── RunError                       something failed while running
+        ├── ResourceError              disk full or permission lost after work started (.path); exit 1
         ├── ModelError                 the backend failed (.model)
         │   ├── ModelHTTPError         HTTP error status (.status_code, .body, .retry_after)
         │   ├── ModelResponseError     a 200 whose body cannot be read (not JSON, no choices)
@@ -43,6 +44,7 @@ __all__ = [
     "MootError",
     "OutputValidationError",
     "ReplayMissingError",
+    "ResourceError",
     "RunError",
     "UnknownProviderError",
     "UsageError",
@@ -164,6 +166,21 @@ class ModelRequestsBlocked(UsageError):
 
 class RunError(MootError):
     """Something failed while a debate was running."""
+
+
+class ResourceError(RunError):
+    """A file could not be written after the work started (disk full, permission lost).
+
+    What was done before is kept; the message names the file and says how to continue.
+    The CLI exits 1 (a partial result was written), not 2.
+
+    Attributes:
+        path: the file that could not be written.
+    """
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class ModelError(RunError):

@@ -56,7 +56,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 import moot.redact as redact
 
 from ..deadline import Deadline, timeout_scope
-from ..errors import RunError, UsageError, error_text
+from ..errors import ResourceError, RunError, UsageError, error_text
 from ..models.base import Model, Usage, model_info
 from ..models.cache import open_cache, with_cache
 from ..models.retry import RetryPolicy
@@ -414,6 +414,26 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     }
 
 
+def _append(fh: TextIO, record: ItemRecord, results: Path, *, written: int) -> None:
+    """Write one unit's line to ``results``.
+
+    Raises:
+        ResourceError: disk full, quota or permission: the units before it are kept, and the
+            message names the file and says how to go on.
+    """
+    try:
+        fh.write(record.model_dump_json() + "\n")
+        fh.flush()
+    except OSError as err:
+        with contextlib.suppress(OSError):  # the buffer that failed would fail again at close
+            fh.close()
+        raise ResourceError(
+            f"cannot write {results}: {err.strerror or err}; {written} units are written to "
+            f"{results.parent}: free space and continue with --resume {results.parent}",
+            path=str(results),
+        ) from None
+
+
 def _unit_event(record: ItemRecord) -> PipelineEvent:
     return PipelineEvent(
         kind="unit_completed",
@@ -607,8 +627,7 @@ async def _run(
                         run.stopped = True
                     continue
                 streak = 0
-                fh.write(record.model_dump_json() + "\n")
-                fh.flush()
+                _append(fh, record, results, written=len(previous) + len(fresh))
                 fresh.append(record)
                 handle.emit(_unit_event(record))
                 observer.finished_unit(record)

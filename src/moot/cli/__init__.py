@@ -25,7 +25,7 @@ import typer
 
 from .._version import __version__
 from ..app.tracing import install_from_env
-from ..errors import MootError, UsageError, error_text
+from ..errors import MootError, ResourceError, UsageError, error_text
 from ..gctune import tuned_gc, tuning_wanted
 from ._ray_options import default_ray_address
 from ._safe import clean
@@ -119,6 +119,8 @@ def _main(argv: list[str] | None) -> int:
             rv = contextvars.copy_context().run(app, args=args, prog_name="moot", standalone_mode=False)
     except UsageError as exc:
         return _fail(str(exc))
+    except ResourceError as exc:  # after work started: what was written is kept (exit 1, not 2)
+        return _fail(str(exc), code=1)
     except MootError as exc:
         return _fail(error_text(exc))
     except (click.exceptions.Exit, typer.Exit) as exc:

@@ -48,7 +48,7 @@ from ..bench.runner import (
     run_bench,
 )
 from ..bench.tasks import make_task
-from ..errors import UsageError
+from ..errors import ResourceError, UsageError
 from ..models import run_with_model
 from ..models.testing import ReplayModel
 from ..observe import annotate
@@ -422,7 +422,14 @@ def bench(
 
 def _finish(run: BenchRun, out_dir: Path, console: Console, *, plots: bool, timeout: float | None) -> None:
     """Write the report, print the table and what is left to do; exit 1 unless every unit is scored."""
-    report = write_report(run, out_dir, plots=plots)
+    try:
+        report = write_report(run, out_dir, plots=plots)
+    except OSError as err:  # every unit is in results.jsonl: only the report is missing
+        raise ResourceError(
+            f"cannot write the report in {out_dir}: {err.strerror or err}; the {len(run.records)} units are "
+            f"in {out_dir / RESULTS_FILE}: free space and run moot bench --report-only --out {out_dir}",
+            path=str(err.filename or out_dir),
+        ) from None
     print_table(make_console(), rich_table(report), drop=RICH_TABLE_DROP)
     console.print(f"report: {out_dir / REPORT_FILE}  results: {out_dir / RESULTS_FILE}")
     if run.retried:

@@ -230,7 +230,8 @@ class RunStore:
                     i = j
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite rolls back itself on a full disk
+                    self._db.execute("ROLLBACK")
                 raise
 
     def _insert_events(self, rows: Sequence[Sequence[Any]]) -> None:
@@ -305,7 +306,8 @@ class RunStore:
                     self._db.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite rolls back itself on a full disk
+                    self._db.execute("ROLLBACK")
                 raise
 
     @property
@@ -466,7 +468,8 @@ class RunStore:
                 self._db.execute("DELETE FROM runs WHERE id = ?", (full,))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite rolls back itself on a full disk
+                    self._db.execute("ROLLBACK")
                 raise
         return full
 
