@@ -140,3 +140,17 @@ def test_two_benches_that_differ_only_in_model_concurrency_say_so(
     assert main(["runs", "compare", a.id[:8], b.id[:8]]) == 0
     out = capsys.readouterr().out
     assert "settings that differ" in out and "model_concurrency" in out
+
+
+def test_a_unit_that_fell_back_is_not_paired(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    with RunStore(path) as store:
+        a = _bench(store, "m:a", 3, {"answer": {"i1": True, "i2": True, "i3": True}})
+        b = _bench(store, "m:b", 3, {"answer": {"i1": True, "i2": False}})
+        fell = ItemRecord.model_validate_json(_unit("i3", "answer", False)).model_copy(
+            update={"fallback": "timeout: the debate exceeded 10 s", "final": None}
+        )
+        store.put_item(b, "i3", "answer", fell.model_dump_json(), correct=False)
+        (answer,) = compare_runs(store, a, b).methods  # type: ignore[union-attr]
+    assert (answer.a_n, answer.b_n, answer.b_correct) == (3, 2, 1)
+    assert answer.test is not None and answer.test.n == 2

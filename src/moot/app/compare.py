@@ -16,6 +16,7 @@ from typing import Any
 
 from ..bench.records import ItemRecord
 from ..bench.stats import McNemar, mcnemar
+from ..bench.summary import scored
 from ..errors import UsageError
 from ..runs.store import RunRecord, RunStore
 from ..transcript import DebateResult
@@ -146,7 +147,7 @@ class DebateComparison:
 
 def _by_method(records: list[ItemRecord]) -> dict[str, dict[str, bool]]:
     out: dict[str, dict[str, bool]] = {}
-    for r in records:
+    for r in scored(records):  # a unit that fell back is not the method's answer: not paired
         out.setdefault(r.method, {})[r.item_id] = r.correct
     return out
 
