@@ -163,6 +163,15 @@ def _lifted(config: BenchConfig, name: str) -> str:
     return f"{10 * current:g}" if current else "60"
 
 
+def _rate(m: MethodSummary, x: float) -> str:
+    """A per-item rate, or n/a for a method with no scored unit (every one fell back)."""
+    return _pct(x) if m.n else "n/a"
+
+
+def _interval(m: MethodSummary) -> str:
+    return f"[{_pct(m.ci_low)}, {_pct(m.ci_high)}]" if m.n else ""
+
+
 def _reasons(m: MethodSummary) -> str:
     shown = "; ".join(f"{count}× {reason}" for reason, count in m.fallbacks[:3])
     more = len(m.fallbacks) - 3
@@ -178,9 +187,9 @@ def _results_table(report: Report) -> list[str]:
     for m in report.methods:
         per_1k = m.accuracy_per_1k_tokens
         lines.append(
-            f"| `{m.method}` | {m.n} | {_pct(m.accuracy)} | [{_pct(m.ci_low)}, {_pct(m.ci_high)}] "
-            f"| {_pct(m.round0_accuracy)} | {m.parse_failures} ({_pct(m.parse_failure_rate)}) "
-            f"| {_pct(m.lenient_accuracy)} | {_num(m.per_item(m.calls), 2)} "
+            f"| `{m.method}` | {m.n} | {_rate(m, m.accuracy)} | {_interval(m)} "
+            f"| {_rate(m, m.round0_accuracy)} | {m.parse_failures} ({_rate(m, m.parse_failure_rate)}) "
+            f"| {_rate(m, m.lenient_accuracy)} | {_num(m.per_item(m.calls), 2)} "
             f"| {_num(m.per_item(m.prompt_tokens))} | {_num(m.per_item(m.completion_tokens))} "
             f"| {_num(m.per_item(m.wall_s), 2)} "
             f"| {'n/a' if per_1k is None else _num(per_1k, 2)} | {m.fell_back} |"
@@ -499,10 +508,10 @@ def rich_table(report: Report) -> Any:
             m.method,
             str(m.n),
             str(m.fell_back),
-            f"{_pct(m.accuracy)} [{_pct(m.ci_low)}, {_pct(m.ci_high)}]",
-            _pct(m.round0_accuracy),
-            f"{m.parse_failures} ({_pct(m.parse_failure_rate)})",
-            _pct(m.lenient_accuracy),
+            f"{_rate(m, m.accuracy)} {_interval(m)}",
+            _rate(m, m.round0_accuracy),
+            f"{m.parse_failures} ({_rate(m, m.parse_failure_rate)})",
+            _rate(m, m.lenient_accuracy),
             _num(m.per_item(m.calls), 2),
             _num(m.tokens_per_item, 0),
             _num(m.per_item(m.wall_s), 2) if not math.isnan(m.wall_s) else "n/a",
