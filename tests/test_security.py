@@ -202,7 +202,7 @@ def test_absa_config_paths_are_confined(outside: Path) -> None:
 def test_absa_output_cannot_drive_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     from moot.absa import FinalResult
     from moot.cli._console import make_console
-    from moot.cli.absa import _print_result
+    from moot.cli.absa import print_absa_result as _print_result
 
     aspect = {"aspect": HOSTILE, "polarity": "negative", "confidence": 0.9, "start": None, "end": None}
     res = FinalResult(

@@ -259,7 +259,7 @@ class DebateRun:
             rnd=number,
             prompt=p.prompt_for(key),
             section="HISTORY",
-            visible=self._visible(key, number, seen),
+            visible=self.visible(key, number, seen),
             task=p.task_for(key, number),
             output=p.output_for(key),
             max_tokens=p.max_tokens_per_turn,
@@ -538,7 +538,11 @@ class DebateRun:
             raise _Stop(f"{what}: {turn.error}")
 
     # -- rules ------------------------------------------------------------------------------------
-    def _visible(self, key: str, number: int, this_round: list[Turn]) -> list[Turn]:
+    def visible(self, key: str, number: int, this_round: list[Turn]) -> list[Turn]:
+        """The turns speaker ``key`` is shown in round ``number`` (the protocol's visibility rule).
+
+        ``this_round``: the turns of round ``number`` finished before this speaker's stage.
+        """
         earlier = [t for r in self.result.rounds if r.number < number for t in _round_turns(r)]
         mode = self.protocol.visibility
         if mode == "all":

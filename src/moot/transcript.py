@@ -11,7 +11,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .models._spec import spec_from_mapping
+from .models import spec_from_mapping
 from .models.base import Message, Usage
 
 __all__ = [

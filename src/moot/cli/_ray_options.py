@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only when --ray is given
-    from ..scale import RayOptions
-
-__all__ = ["RayOption", "RayWorkersOption", "default_ray_address", "ray_options"]
+__all__ = ["RayOption", "RayWorkersOption", "default_ray_address"]
 
 DEFAULT_ADDRESS = "auto"
 """What ``--ray`` without an address means: the cluster running here, else a new one."""
@@ -51,20 +48,3 @@ def default_ray_address(args: list[str]) -> list[str]:
         if arg == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-")):
             out.append(DEFAULT_ADDRESS)
     return out
-
-
-def ray_options(address: str | None, workers: int | None, concurrency: int) -> RayOptions | None:
-    """The :class:`moot.scale.RayOptions` the options ask for, or None without ``--ray``.
-
-    Raises:
-        UsageError: ``--ray-workers`` without ``--ray``, or a bad value.
-    """
-    if address is None:
-        if workers is not None:
-            from ..errors import UsageError
-
-            raise UsageError("--ray-workers needs --ray ADDRESS (e.g. --ray local)")
-        return None
-    from ..scale import RayOptions
-
-    return RayOptions(address=address, workers=workers, concurrency=concurrency)

@@ -34,6 +34,7 @@ from ..absa import (
 from ..absa.schemas import TraceStep
 from ..app import store_spec
 from ..app.absa import absa_batch
+from ..app.ray import ray_options
 from ..errors import UsageError
 from ..models import Model, run_with_model
 from ..observe import annotate
@@ -48,14 +49,14 @@ from ._io import (
     read_jsonl,
     staged_output,
 )
-from ._ray_options import RayOption, RayWorkersOption, ray_options
+from ._ray_options import RayOption, RayWorkersOption
 from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
 
 if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only with --ray
     from ..scale import RayOptions
 
-__all__ = ["read_inputs", "register"]
+__all__ = ["print_absa_result", "read_inputs", "register"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,8 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
     return out
 
 
-def _print_result(res: FinalResult, console: Console) -> None:
+def print_absa_result(res: FinalResult, console: Console) -> None:
+    """One ABSA result as ``moot absa`` prints it (``moot runs show`` replays it)."""
     mod = res.moderator
     console.print(f"[bold]{markup(res.label)}[/] (confidence {res.confidence:.2f})  mode={res.mode}")
     if res.aspects:
@@ -267,7 +269,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 typer.echo(res.model_dump_json(indent=2))
             else:
-                _print_result(res, make_console())
+                print_absa_result(res, make_console())
             _timed_out([res], timeout)
             return _exit.for_absa([res])
         if sentence is not None:

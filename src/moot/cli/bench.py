@@ -24,6 +24,12 @@ from rich.progress import (
 
 import moot.cli._exit as _exit
 
+from ..app.bench import (
+    RECORDED_OPTIONS,
+    find_resume,
+    merge_resume,
+)
+from ..app.ray import ray_options
 from ..app.recorder import recorded_ids
 from ..bench.records import ItemRecord
 from ..bench.report import (
@@ -54,15 +60,10 @@ from ..models.testing import ReplayModel
 from ..observe import annotate
 from ..protocol import MAX_TOKENS_PER_CALL
 from ..runs import open_store
-from ._bench_store import (
-    RECORDED_OPTIONS,
-    find_resume,
-    merge_resume,
-)
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import ProgressLines, make_console, print_table
 from ._io import MAX_CONCURRENCY, check_output_dir
-from ._ray_options import RayOption, RayWorkersOption, ray_options
+from ._ray_options import RayOption, RayWorkersOption
 from ._safe import markup
 from ._store_options import NoStoreOption, StoreOption
 

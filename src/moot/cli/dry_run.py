@@ -80,7 +80,7 @@ def first_round_calls(debate: Debate, topic: str, context: Any, models: dict[str
                 output_type=get_output(output),
                 max_tokens=p.max_tokens_per_turn,
             )
-            seen = [t.speaker for t in run._visible(key, 1, before)]  # the engine's own visibility rule
+            seen = [t.speaker for t in run.visible(key, 1, before)]  # the engine's own visibility rule
             if seen:
                 placeholder = "\n".join(f"- {s} [turn, round 1]: <{s}'s reply, at run time>" for s in seen)
                 user = messages[1].content.replace(_NONE_YET, f"[HISTORY]\n{placeholder}", 1)

@@ -19,8 +19,7 @@ import yaml
 
 from ..engine import Debate
 from ..errors import ConfigError, UnknownProviderError, UsageError
-from ..models import provider_names
-from ..models._spec import split_provider
+from ..models import provider_names, split_provider
 from ..protocol import Protocol, load_protocol, presets, read_overrides
 from ._io import AllowOutsideOption, allow_outside
 from ._safe import clean

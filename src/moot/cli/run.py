@@ -17,6 +17,7 @@ import moot.cli._exit as _exit
 
 from ..app import store_spec
 from ..app.recorder import recorded_ids
+from ..app.rerun import recorded_debate, recorded_endpoints
 from ..debate_run import unreachable_error
 from ..engine import Debate
 from ..errors import UsageError
@@ -42,7 +43,7 @@ from ._store_options import NoStoreOption, StoreOption
 from .dry_run import first_round_calls, format_calls
 from .run_batch import read_topics, run_batch
 
-__all__ = ["load_context", "parse_role_models", "register"]
+__all__ = ["LiveView", "load_context", "parse_role_models", "print_summary", "register"]
 
 _STANCE_STYLE = {"pro": "green", "con": "red", "neutral": "cyan", None: "white"}
 
@@ -133,7 +134,7 @@ def _turn_panel(turn: Turn) -> Panel:
     return Panel("\n".join(lines), title=title, subtitle=subtitle, border_style=style)
 
 
-class _Live:
+class LiveView:
     """Prints events readably as they arrive."""
 
     def __init__(self, console: Console, out: TextIO | None, notice: str | None = None) -> None:
@@ -142,6 +143,7 @@ class _Live:
         self.notice = notice
 
     def __call__(self, event: Event) -> None:
+        """Write ``event`` to the events file (if any) and print it."""
         if self.out is not None:
             self.out.write(event.model_dump_json() + "\n")
             self.out.flush()
@@ -161,7 +163,8 @@ class _Live:
             c.print(f"[yellow]{markup(event.message or '')}[/]")
 
 
-def _summary(console: Console, result: DebateResult) -> None:
+def print_summary(console: Console, result: DebateResult) -> None:
+    """The end of ``moot run``'s output: the decision, the answer and the costs (``runs show`` too)."""
     table = Table(show_header=False, box=None)
     if result.decision is not None:
         d = result.decision
@@ -192,23 +195,6 @@ def _overrides(protocol: str | None, config: Path | None, **fields: Any) -> dict
     names = {"rounds": "rounds", "max_tokens": "max_tokens_per_turn", "timeout": "timeout"}
     out |= {names[k]: v for k, v in fields.items() if v is not None}
     return out
-
-
-def _from_record(run_id: str, store: Path | None) -> dict[str, Any]:
-    """The configuration ``moot run --from RUN_ID`` re-runs.
-
-    Raises:
-        UsageError: no such run, or it is not a ``moot run`` debate.
-    """
-    opened = open_store(store)
-    assert opened is not None
-    with opened:
-        record = opened.get(run_id)
-    if record.kind != "run" or "protocol" not in record.config:
-        raise UsageError(
-            f"run {record.id[:8]} is a {record.kind!r} run, not a debate: --from needs a `moot run` run"
-        )
-    return record.config
 
 
 def _replay_debate(
@@ -253,21 +239,6 @@ def _replayers(
         out[key] = ReplayModel.from_result(
             record.result, live=live if until_round is not None else None, until_round=until_round
         )
-    return out
-
-
-def _recorded_endpoints(recorded: dict[str, Any]) -> dict[str, str]:
-    """Each persona's recorded model with the endpoint it ran against, as a spec (never a key).
-
-    A run against a server named by ``$OPENAI_BASE_URL`` records ``openai:M`` and the endpoint;
-    ``--from`` then reaches the same server without that variable (instead of OpenAI's, asking
-    for a key). Only ``openai:`` specs name an endpoint in the spec (``?base_url=``).
-    """
-    out: dict[str, str] = {}
-    for key, info in (recorded.get("models") or {}).items():
-        spec, endpoint = info.get("spec"), info.get("endpoint")
-        if isinstance(spec, str) and spec.startswith("openai:") and "?" not in spec and endpoint:
-            out[key] = f"{spec}?base_url={endpoint}"
     return out
 
 
@@ -465,7 +436,7 @@ def register(app: typer.Typer) -> None:
                 store=store,
                 use_store=not no_store,
             )
-        recorded = _from_record(from_run, store) if from_run else {}
+        recorded = recorded_debate(from_run, store) if from_run else {}
         overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
         spec: str | Path | dict[str, Any] = protocol or (config if config is not None else "answer")
         if recorded and protocol is None and config is None:
@@ -474,7 +445,7 @@ def register(app: typer.Typer) -> None:
         if topic is None:
             raise UsageError("give a TOPIC (or --from RUN_ID to re-run a recorded debate)")
         given_roles = parse_role_models(role_model)
-        endpoints = _recorded_endpoints(recorded) if model is None else {}
+        endpoints = recorded_endpoints(recorded) if model is None else {}
         model = model or recorded.get("model")
         roles = endpoints | dict(recorded.get("role_models") or {}) | given_roles
         debate = Debate(spec, model=model, role_models=roles, overrides=overrides)
@@ -499,7 +470,7 @@ def register(app: typer.Typer) -> None:
         with ExitStack() as stack:
             # The events file takes its name only once the run succeeded: no partial file on failure.
             sink = stack.enter_context(staged_output(out, "--out file")) if out is not None else None
-            live = _Live(console, sink, notice)
+            live = LiveView(console, sink, notice)
             if as_json:  # keep stdout clean: only the result goes there
                 live.console = make_console(stderr=True, quiet=True)
             # Recorded by the debate's observers (the store's recorder sees each event first).
@@ -521,7 +492,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(result.model_dump_json())
         else:
-            _summary(console, result)
+            print_summary(console, result)
             if ids:  # how to find it again
                 short = ids[0][:8]
                 console.print(f"[dim]recorded as run {short}: moot runs show {short} · moot view[/]")

@@ -135,16 +135,16 @@ def _showing(offset: int, shown: int, total: int, limit: int) -> str:
 
 def _show_debate(opened: RunStore, record: RunRecord, console: Console) -> None:
     from ..transcript import Event
-    from .run import _Live, _summary
+    from .run import LiveView, print_summary
 
-    live = _Live(console, None)
+    live = LiveView(console, None)
     for stored in opened.events(record.id):
         if stored.kind == "debate_completed":
             continue  # its result is the summary below
         live(Event.model_validate({"kind": stored.kind, **stored.data}))
     result = load_result(opened, record.id)
     if result is not None:
-        _summary(console, result)
+        print_summary(console, result)
 
 
 def _show_bench(opened: RunStore, record: RunRecord, console: Console) -> None:
@@ -159,9 +159,9 @@ def _show_absa_partial(opened: RunStore, record: RunRecord, console: Console) ->
     """An ``absa`` run with no result (running or killed): each completed step and debate turn."""
     from ..absa import StageEvent
     from ..transcript import Event
-    from .run import _Live
+    from .run import LiveView
 
-    live = _Live(console, None)
+    live = LiveView(console, None)
     for stored in opened.events(record.id):
         if stored.kind in ("step_started", "step_completed", "stage_output"):
             step = StageEvent.model_validate(stored.data).step
@@ -175,7 +175,7 @@ def _show_absa_partial(opened: RunStore, record: RunRecord, console: Console) ->
 
 
 def _show_absa(opened: RunStore, record: RunRecord, console: Console) -> None:
-    from .absa import _print_result
+    from .absa import print_absa_result
 
     result = load_result(opened, record.id)
     if result is None and not record.config.get("batch"):
@@ -184,7 +184,7 @@ def _show_absa(opened: RunStore, record: RunRecord, console: Console) -> None:
     for res in result if isinstance(result, list) else [result] if result is not None else []:
         if isinstance(result, list):
             console.rule(markup(res.sentence))
-        _print_result(res, console)
+        print_absa_result(res, console)
 
 
 def _show_other(opened: RunStore, record: RunRecord, console: Console) -> None:

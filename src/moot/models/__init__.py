@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from ..errors import UnknownProviderError, UsageError
-from ._spec import split_provider
+from ._spec import spec_from_mapping, split_provider
 from .base import (
     ALLOW_MODEL_REQUESTS,
     Message,
@@ -65,6 +65,8 @@ __all__ = [
     "provider_names",
     "register_provider",
     "resolve_model",
+    "spec_from_mapping",
+    "split_provider",
     "run_with_model",
 ]
 

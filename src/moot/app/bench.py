@@ -1,4 +1,4 @@
-"""``moot bench`` and the run store: recording units, and ``--resume DIR|RUN_ID``.
+"""The resume policy of ``moot bench --resume DIR|RUN_ID`` (the application's, not the CLI's).
 
 A resume loads the recorded task, methods, model, n, seed and limits; an option
 given on the command line must agree with the record, except that ``--n`` may
