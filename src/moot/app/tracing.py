@@ -59,6 +59,8 @@ __all__ = [
     "active_tracer",
     "capture_content",
     "install_from_env",
+    "model_name",
+    "provider_name",
     "trace_observer",
 ]
 
