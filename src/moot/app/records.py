@@ -17,12 +17,13 @@ here, above the pipelines that own the types (a debate's ``DebateResult``, ABSA'
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingDependencyError
 from ..runs.readback import load_result as runs_load_result
 from ..runs.readback import register_reader
-from ..runs.store import RunRecord, RunStore
+from ..runs.store import RunRecord, RunStore, default_store_path
 from ..transcript import DebateResult, Turn
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "absa_events",
+    "read_store",
     "bench_records",
     "bench_run",
     "load_result",
@@ -71,6 +73,18 @@ def bench_run(store: RunStore, run_id: str) -> Any:
     run = BenchRun(config=config, specs=specs, items=list(items.values()), records=records)
     run.model_name = str(record.summary.get("model_name", ""))
     return run
+
+
+def read_store(path: str | Path | None = None) -> RunStore:
+    """An existing store opened for reading (``moot runs``, ``moot view``).
+
+    ``path``, else ``$MOOT_STORE`` or ``./.moot/runs.db``; an older schema is migrated when the
+    file can be written, else read as it is.
+
+    Raises:
+        UsageError: no store there, or not a moot store.
+    """
+    return RunStore(default_store_path(path), must_exist=True)
 
 
 def _read(store: RunStore, record: RunRecord) -> Any:

@@ -6,9 +6,21 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..runs import open_store
+from ..runs import RunRecord, open_store
 
-__all__ = ["recorded_debate", "recorded_endpoints"]
+__all__ = ["recorded_debate", "recorded_endpoints", "stored_run"]
+
+
+def stored_run(run_id: str, store: Path | None) -> RunRecord:
+    """The stored run ``run_id`` (any unique prefix) of the store ``--store`` names, with its result.
+
+    Raises:
+        UsageError: no such run, or an ambiguous prefix.
+    """
+    opened = open_store(store)
+    assert opened is not None
+    with opened:
+        return opened.get(opened.resolve_id(run_id))
 
 
 def recorded_debate(run_id: str, store: Path | None) -> dict[str, Any]:
@@ -17,10 +29,7 @@ def recorded_debate(run_id: str, store: Path | None) -> dict[str, Any]:
     Raises:
         UsageError: no such run, or it is not a ``moot run`` debate.
     """
-    opened = open_store(store)
-    assert opened is not None
-    with opened:
-        record = opened.get(run_id)
+    record = stored_run(run_id, store)
     if record.kind != "run" or "protocol" not in record.config:
         raise UsageError(
             f"run {record.id[:8]} is a {record.kind!r} run, not a debate: --from needs a `moot run` run"

@@ -24,13 +24,14 @@ from rich.progress import (
 
 import moot.cli._exit as _exit
 
+from ..app import store_spec
 from ..app.bench import (
     RECORDED_OPTIONS,
     find_resume,
     merge_resume,
 )
 from ..app.ray import ray_options
-from ..app.recorder import recorded_ids
+from ..app.recorder import recorded_ids, resolve_store
 from ..bench.records import ItemRecord
 from ..bench.report import (
     REPORT_FILE,
@@ -59,7 +60,6 @@ from ..models import run_with_model
 from ..models.testing import ReplayModel
 from ..observe import annotate
 from ..protocol import MAX_TOKENS_PER_CALL
-from ..runs import open_store
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import ProgressLines, make_console, print_table
 from ._io import MAX_CONCURRENCY, check_output_dir
@@ -323,7 +323,8 @@ def bench(
         "exclude_conflict": exclude_conflict,
     }
     deadlines = parse_deadlines(deadline or [])
-    target = open_store(store, enabled=not no_store and not report_only)
+    spec = store_spec(store, enabled=not no_store and not report_only)
+    target = resolve_store(spec) if spec is not None else None  # the store the run records into
     resumed = find_resume(resume, target) if resume is not None else None
     if resumed is not None:
         if out is not None and out.resolve() != resumed.out.resolve():

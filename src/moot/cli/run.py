@@ -17,7 +17,7 @@ import moot.cli._exit as _exit
 
 from ..app import store_spec
 from ..app.recorder import recorded_ids
-from ..app.rerun import recorded_debate, recorded_endpoints
+from ..app.rerun import recorded_debate, recorded_endpoints, stored_run
 from ..debate_run import unreachable_error
 from ..engine import Debate
 from ..errors import UsageError
@@ -25,7 +25,6 @@ from ..models import Model, default_model_spec
 from ..models.testing import ReplayModel
 from ..observe import annotate
 from ..protocol import read_overrides
-from ..runs import open_store
 from ..transcript import DebateResult, Event, Turn
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console
@@ -226,10 +225,7 @@ def _replayers(
     model; without, a persona the user gave a model (``--role-model``) plays live and the rest
     replay the record in full.
     """
-    opened = open_store(store)
-    assert opened is not None
-    with opened:
-        record = opened.get(opened.resolve_id(run_id))
+    record = stored_run(run_id, store)
     out: dict[str, str | Model] = {}
     for key in players.protocol.personas:
         live = players.model_for(key)

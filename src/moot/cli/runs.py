@@ -21,8 +21,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..app.compare import BenchComparison, as_json, compare_runs
+from ..app.records import read_store
 from ..errors import UsageError
-from ..runs import RunRecord, RunStatus, RunStore, default_store_path, load_result
+from ..runs import RunRecord, RunStatus, RunStore, load_result
 from ._console import make_console, print_table
 from ._safe import clean, markup
 from ._store_options import StoreOption
@@ -51,7 +52,7 @@ def _known(value: str | None, option: str, known: tuple[str, ...]) -> None:
 
 
 def _open(store: Any) -> RunStore:
-    return RunStore(default_store_path(store), must_exist=True)
+    return read_store(store)
 
 
 def _console() -> Console:
@@ -270,7 +271,7 @@ def rm_cmd(
     store: StoreOption = None,
 ) -> None:
     """Delete a run with its events and items, after asking (``--yes``: without asking)."""
-    with RunStore(default_store_path(store), must_exist=True) as opened:
+    with read_store(store) as opened:
         record = opened.get(run_id)
         what = f"run {record.id[:8]} ({record.kind}, {record.status}: {clean(record.title)[:60]})"
         if not yes:
