@@ -144,7 +144,7 @@ def _short_errors(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors()[:8]:
         loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        lines.append(f"{loc}: {err['msg']}")
+        lines.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")  # the rule's own words
     return "; ".join(lines)
 
 
