@@ -166,7 +166,8 @@ def test_cli_run_against_a_dripping_server_is_bounded_per_request(
     assert elapsed < 8
     assert code == 1 and result["fallback"] is not None
     turns = [t for r in result["rounds"] for t in r["turns"]]
-    assert any(t["error_kind"] == "ModelTimeoutError" for t in turns)
+    # Timed out, then (the endpoint having answered nothing) its circuit opened: no more waiting.
+    assert any(t["error_kind"] in ("ModelTimeoutError", "EndpointDown") for t in turns)
     assert result["usage"]["attempts"] == requests
 
 

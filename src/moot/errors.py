@@ -17,6 +17,8 @@ structured fields so callers can react without parsing messages::
         │   ├── ModelHTTPError         HTTP error status (.status_code, .body, .retry_after)
         │   ├── ModelResponseError     a 200 whose body cannot be read (not JSON, no choices)
         │   ├── ReplayMissingError     a replayed run never recorded the reply asked for (.request)
+        │   ├── EndpointDown           an endpoint answered nothing for a while: circuit open (.endpoint)
+        │   ├── RateLimited            still 429/503 when the retry time ran out (.seconds)
         │   └── ModelConnectionError   endpoint unreachable / connection dropped
         │       └── ModelTimeoutError  one request exceeded its time limit (.seconds)
         ├── OutputValidationError      output still invalid after the repair request (.raw, .errors)
@@ -33,6 +35,7 @@ __all__ = [
     "BudgetExceeded",
     "ConfigError",
     "DebateTimeout",
+    "EndpointDown",
     "MissingCredentialsError",
     "MissingDependencyError",
     "ModelConnectionError",
@@ -44,6 +47,7 @@ __all__ = [
     "MootError",
     "OutputValidationError",
     "ReplayMissingError",
+    "RateLimited",
     "ResourceError",
     "RunError",
     "UnknownProviderError",
@@ -256,6 +260,40 @@ class ReplayMissingError(ModelError):
     def __init__(self, message: str, *, request: dict[str, object], model: str = "") -> None:
         super().__init__(message, model=model, retryable=False)
         self.request = request
+
+
+class EndpointDown(ModelError):
+    """An endpoint answered none of its recent requests: moot stopped sending to it for a while.
+
+    Raised at once, for every request waiting for that endpoint, instead of letting each
+    one wait out its own timeout (see :mod:`moot.models.limits`). Not retryable: the
+    circuit stays open until its probe gets an answer.
+
+    Attributes:
+        endpoint: the endpoint's URL (or model spec).
+    """
+
+    def __init__(self, message: str, *, endpoint: str = "", model: str = "") -> None:
+        super().__init__(message, model=model, retryable=False)
+        self.endpoint = endpoint
+
+
+class RateLimited(ModelError):
+    """A request was still answered 429/503 when its retry time ran out.
+
+    Attributes:
+        seconds: how long it was retried.
+        last: the last rate-limit answer.
+    """
+
+    def __init__(self, seconds: float, last: ModelError, *, model: str = "") -> None:
+        super().__init__(
+            f"{model or 'model'}: still rate limited after retrying for {seconds:.0f} s ({last})",
+            model=model,
+            retryable=False,
+        )
+        self.seconds = seconds
+        self.last = last
 
 
 class ModelTimeoutError(ModelConnectionError):

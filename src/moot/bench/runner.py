@@ -25,7 +25,9 @@ invocation, after the other units, up to ``unit_retries`` more passes with a
 growing pause, so one ``--resume`` after transient faults finishes the run;
 what still fails is listed in :attr:`BenchRun.failures` for the next
 ``--resume``. After ``max_errors`` failures in a row the run stops taking new
-units and does not retry (a dead endpoint should not burn through the list).
+units and does not retry (a dead endpoint should not burn through the list); a
+unit failed by :class:`~moot.errors.EndpointDown` (the endpoint answered nothing for a
+while, :mod:`moot.models.limits`) stops the run at once, its units left for ``--resume``.
 
 Only one process may write to an output directory: :func:`run_bench` holds an
 exclusive lock on ``DIR/.lock`` (``fcntl.flock``, released by the OS if the
@@ -56,7 +58,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 import moot.redact as redact
 
 from ..deadline import Deadline, timeout_scope
-from ..errors import ResourceError, RunError, UsageError, error_text
+from ..errors import EndpointDown, ResourceError, RunError, UsageError, error_text
 from ..models.base import Model, Usage, model_info
 from ..models.cache import open_cache, with_cache
 from ..models.retry import RetryPolicy
@@ -623,7 +625,8 @@ async def _run(
                     handle.emit(PipelineEvent(kind="unit_failed", data=event))
                     observer.failed_unit(item.id, spec.name, message)
                     streak += 1
-                    if streak >= config.max_errors:
+                    # An endpoint that answers nothing fails every unit alike: stop at once.
+                    if streak >= config.max_errors or isinstance(err, EndpointDown):
                         run.stopped = True
                     continue
                 streak = 0

@@ -39,13 +39,15 @@ What the transport does and does not do:
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import time
 import weakref
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 
-__all__ = ["LeanTransport", "RawResponse", "TransportError", "json_headers"]
+__all__ = ["LeanTransport", "RawResponse", "TransportError", "json_headers", "parse_retry_after"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +160,38 @@ class LeanTransport:
 def json_headers(api_key: str) -> dict[str, str]:
     """The headers of an OpenAI-compatible JSON request: bearer auth and content type."""
     return {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+
+
+def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
+    """Seconds a server asked us to wait, from ``retry-after-ms`` or ``Retry-After``.
+
+    ``Retry-After`` may be a number of seconds or an HTTP-date. Unparseable or
+    missing values give None; dates in the past give 0.
+
+    Args:
+        headers: response headers (any case-insensitive mapping, e.g. httpx's).
+        now: current UNIX time, for tests.
+    """
+    if headers is None:
+        return None
+    # OpenAI and Anthropic send the millisecond variant alongside; it is the more precise one.
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # an HTTP-date is always GMT
+        return None
+    return max(when.timestamp() - (time.time() if now is None else now), 0.0)

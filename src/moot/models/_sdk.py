@@ -26,7 +26,7 @@ class SDKModel(Model):
     _api_key: str
     base_url: str | None
 
-    def __init__(self, *, http_client: Any, timeout: float | None, max_concurrency: int) -> None:
+    def __init__(self, *, http_client: Any, timeout: float | None, max_concurrency: int | None) -> None:
         super().__init__()
         self.max_concurrency = max_concurrency
         self.timeout = timeout if timeout is not None else default_request_timeout()

@@ -27,9 +27,17 @@ from ..errors import (
     never_sent,
     redact,
 )
+from ._http import parse_retry_after
 from ._sdk import SDKModel
-from .base import Message, ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
-from .openai import parse_retry_after
+from .base import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Usage,
+    check_allow_model_requests,
+    spec_cap,
+    split_spec_options,
+)
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "DEFAULT_MAX_TOKENS", "AnthropicModel", "map_anthropic_error"]
 
@@ -108,7 +116,7 @@ class AnthropicModel(SDKModel):
         base_url: endpoint; default ``$ANTHROPIC_BASE_URL`` or the SDK's.
         http_client: an ``httpx2.AsyncClient`` (``httpx.AsyncClient`` for
             anthropic < 1) to use, e.g. with a ``MockTransport`` in tests.
-        max_concurrency: requests in flight at once through this instance.
+        max_concurrency: cap of the adaptive concurrency limit (None: it adapts; :mod:`moot.models.limits`).
         timeout: seconds one whole request may take; default ``$MOOT_REQUEST_TIMEOUT``, else 60
             (:data:`~moot.models.base.DEFAULT_REQUEST_TIMEOUT`).
         send_temperature: send ``request.temperature`` when set. Recent SDKs
@@ -129,7 +137,7 @@ class AnthropicModel(SDKModel):
         api_key: str | None = None,
         base_url: str | None = None,
         http_client: Any = None,
-        max_concurrency: int = 16,
+        max_concurrency: int | None = None,
         timeout: float | None = None,
         send_temperature: bool = True,
     ) -> None:
@@ -149,14 +157,14 @@ class AnthropicModel(SDKModel):
 
     @classmethod
     def from_spec(cls, rest: str) -> AnthropicModel:
-        """Build from the part of the spec after ``anthropic:``: ``MODEL`` or ``MODEL?timeout=SECONDS``.
+        """Build from the part of the spec after ``anthropic:``: ``MODEL?timeout=S&max_concurrency=N``.
 
         Raises:
-            UsageError: an unknown option or a bad timeout.
+            UsageError: an unknown option, a bad timeout or cap.
         """
-        name, options = split_spec_options(rest)
+        name, options = split_spec_options(rest, ("timeout", "max_concurrency"))
         timeout = float(options["timeout"]) if "timeout" in options else None
-        return cls(name or DEFAULT_ANTHROPIC_MODEL, timeout=timeout)
+        return cls(name or DEFAULT_ANTHROPIC_MODEL, timeout=timeout, max_concurrency=spec_cap(options))
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Send one Messages API call.

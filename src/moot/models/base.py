@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import urllib.parse
-import weakref
 from abc import ABC, abstractmethod
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -14,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ModelRequestsBlocked
+from .limits import DEFAULT_CAP, Endpoint, Gate
 
 __all__ = [
     "ALLOW_MODEL_REQUESTS",
@@ -30,6 +29,7 @@ __all__ = [
     "model_info",
     "note_cached_reply",
     "note_extra_request",
+    "spec_cap",
     "split_spec_options",
 ]
 
@@ -89,6 +89,22 @@ def split_spec_options(rest: str, allowed: tuple[str, ...] = ("timeout",)) -> tu
     if "timeout" in options:
         _positive_seconds(options["timeout"], "timeout")
     return name.strip(), options
+
+
+def spec_cap(options: dict[str, str], key: str = "max_concurrency") -> int | None:
+    """A spec's concurrency cap option (``?max_concurrency=N``), checked; None when absent.
+
+    Raises:
+        UsageError: not a positive integer.
+    """
+    from ..errors import UsageError
+
+    raw = options.get(key)
+    if raw is None:
+        return None
+    if not (raw.strip().isdigit() and int(raw) > 0):
+        raise UsageError(f"{key} must be a positive integer, got {raw!r}")
+    return int(raw)
 
 
 def check_allow_model_requests() -> None:
@@ -251,9 +267,12 @@ class Model(ABC):
     """A chat model: one async method, ``request``.
 
     Subclasses set ``name`` (the ``provider:model`` spec) and may set
-    ``max_concurrency``: the number of requests in flight at once for this
-    instance, shared by every debate in the process; ``request_timeout``: seconds
-    that bound one whole request (None: unbounded); and ``tokens_per_second``: the
+    ``max_concurrency``: a cap on the requests in flight at once for this
+    instance, shared by every debate in the process (None: the limit adapts per
+    endpoint up to :data:`~moot.models.limits.DEFAULT_CAP`, see :mod:`moot.models.limits`;
+    ``adaptive_concurrency = False`` keeps exactly the cap, as the embedded model's 1);
+    ``request_timeout``: seconds that bound one whole request (None: unbounded);
+    and ``tokens_per_second``: the
     expected generation speed, which sizes default deadlines (None: a remote
     service, fast enough for the protocols' own deadlines). ``supports_n``: the
     model answers a request with ``n > 1`` with that many ``samples`` (one prompt,
@@ -261,15 +280,14 @@ class Model(ABC):
     """
 
     name: str = "model"
-    max_concurrency: int = 16
+    max_concurrency: int | None = None
+    adaptive_concurrency: bool = True
     request_timeout: float | None = None
     tokens_per_second: float | None = None
     supports_n: bool = False
 
     def __init__(self) -> None:
-        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._gate: Gate | None = None
 
     @abstractmethod
     async def request(self, request: ModelRequest) -> ModelResponse:
@@ -279,17 +297,39 @@ class Model(ABC):
             ModelError: the backend failed (``retryable`` says whether to retry).
         """
 
-    def limiter(self) -> asyncio.Semaphore:
-        """The per-instance concurrency gate for the running event loop."""
-        # Semaphores bind to a loop; run_sync creates a fresh loop per call, so keep one per loop.
-        loop = asyncio.get_running_loop()
-        sems = getattr(self, "_semaphores", None)
-        if sems is None:  # subclass forgot super().__init__()
-            sems = self._semaphores = weakref.WeakKeyDictionary()
-        sem = sems.get(loop)
-        if sem is None:
-            sem = sems[loop] = asyncio.Semaphore(self.max_concurrency)
-        return sem
+    def gate(self) -> Gate | None:
+        """The concurrency gate :func:`~moot.models.call_model` holds a request through.
+
+        One endpoint named after the model, its limit capped by ``max_concurrency`` (read
+        again on every call, so a cap set after construction applies). A backend that routes
+        over endpoints of its own (the ``openai:`` lean stack) returns None and gates each
+        endpoint itself.
+        """
+        gate = getattr(self, "_gate", None)  # a subclass may not call super().__init__()
+        if gate is None:
+            window = min(10.0, self.request_timeout or 10.0)
+            endpoint = Endpoint(
+                self.name, self.max_concurrency, adaptive=self.adaptive_concurrency, window=window
+            )
+            gate = self._gate = Gate([endpoint])
+        limit = gate.endpoints[0].limit
+        want = self.max_concurrency
+        if (want if want is not None else DEFAULT_CAP) != limit.cap:
+            limit.set_cap(want)
+        return gate
+
+    def pause_left(self) -> float:
+        """Seconds until an endpoint of this model takes requests again after a Retry-After (0: now)."""
+        gate = getattr(self, "_gate", None)
+        return gate.pause_left() if gate is not None else 0.0
+
+    def endpoint_stats(self) -> list[dict[str, object]]:
+        """Per endpoint: requests in flight, current limit and its range, 429s, time-outs, circuit.
+
+        Empty before the first request. Progress displays and run records read it.
+        """
+        gate = getattr(self, "_gate", None)
+        return gate.snapshot() if gate is not None else []
 
     async def expected_speed(self) -> float | None:
         """Tokens per second this model is expected to generate, or None for a remote service.

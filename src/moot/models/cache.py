@@ -43,6 +43,7 @@ import orjson
 
 from ..errors import UsageError
 from .base import Model, ModelRequest, ModelResponse, Usage, note_cached_reply
+from .limits import Gate
 
 __all__ = [
     "CACHE_ENV",
@@ -283,9 +284,17 @@ class CachedModel(Model):
         self.supports_n = inner.supports_n
         self._identity = _identity(inner)
 
-    def limiter(self) -> Any:
+    def gate(self) -> Gate | None:
         """The inner model's gate: a cache never lets more requests reach a server than without it."""
-        return self.inner.limiter()
+        return self.inner.gate()
+
+    def pause_left(self) -> float:
+        """The inner model's (its endpoints' Retry-After pause)."""
+        return self.inner.pause_left()
+
+    def endpoint_stats(self) -> list[dict[str, object]]:
+        """The inner model's endpoints."""
+        return self.inner.endpoint_stats()
 
     async def expected_speed(self) -> float | None:
         """The inner model's."""

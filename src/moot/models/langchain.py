@@ -77,7 +77,7 @@ class LangChainModel(Model):
     Args:
         chat_model: any ``langchain_core`` ``BaseChatModel``.
         name: the name runs record (default ``langchain:<model name>``).
-        max_concurrency: requests in flight at once through this wrapper.
+        max_concurrency: cap of the adaptive concurrency limit (None: it adapts; :mod:`moot.models.limits`).
         request_timeout: seconds one whole request may take (default: moot's).
     """
 
@@ -86,7 +86,7 @@ class LangChainModel(Model):
         chat_model: Any,
         *,
         name: str | None = None,
-        max_concurrency: int = 16,
+        max_concurrency: int | None = None,
         request_timeout: float | None = None,
     ) -> None:
         super().__init__()

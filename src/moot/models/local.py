@@ -331,6 +331,7 @@ class LocalModel(Model):
     """
 
     max_concurrency = 1
+    adaptive_concurrency = False
 
     def __init__(
         self,

@@ -39,11 +39,9 @@ plain JSON moot sends.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import os
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, cast, get_args
 
@@ -61,7 +59,7 @@ from ..errors import (
     never_sent,
     redact,
 )
-from ._http import LeanTransport, RawResponse, TransportError, json_headers
+from ._http import LeanTransport, RawResponse, TransportError, json_headers, parse_retry_after
 from ._sdk import SDKModel
 from .base import (
     ModelRequest,
@@ -69,8 +67,10 @@ from .base import (
     Sample,
     Usage,
     check_allow_model_requests,
+    spec_cap,
     split_spec_options,
 )
+from .limits import Gate
 from .replicas import ReplicaPool, split_endpoints
 from .sampling import NSampler
 from .structured_mode import ModeSelector, StructuredMode, response_format
@@ -96,41 +96,6 @@ DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 """Model used for a bare ``openai`` / ``openai:`` spec."""
 _PLACEHOLDER_KEY = "not-needed"
 _MAX_BODY = 2000
-
-
-def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
-    """Seconds a server asked us to wait, from ``retry-after-ms`` or ``Retry-After``.
-
-    ``Retry-After`` may be a number of seconds or an HTTP-date. Unparseable or
-    missing values give None; dates in the past give 0.
-
-    Args:
-        headers: response headers (any case-insensitive mapping, e.g. httpx's).
-        now: current UNIX time, for tests.
-    """
-    if headers is None:
-        return None
-    # OpenAI and Anthropic send the millisecond variant alongside; it is the more precise one.
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(float(ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:  # an HTTP-date is always GMT
-        return None
-    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
 
 
 def _status_body(err: Any) -> str:
@@ -209,10 +174,11 @@ class OpenAIModel(SDKModel):
             (implies ``http="sdk"``); moot never closes it.
         http: ``lean`` (default), ``sdk`` or ``sdk-aiohttp``; default
             ``$MOOT_OPENAI_HTTP``, else ``lean``.
-        max_concurrency: requests in flight at once through this instance.
+        max_concurrency: cap of each endpoint's adaptive concurrency limit (None: the limit
+            adapts up to :data:`~moot.models.limits.DEFAULT_CAP`; :mod:`moot.models.limits`).
         timeout: seconds one whole request may take; default ``$MOOT_REQUEST_TIMEOUT``, else 60
             (:data:`~moot.models.base.DEFAULT_REQUEST_TIMEOUT`).
-        max_per_endpoint: requests in flight at once per endpoint (None: no cap of its own).
+        max_per_endpoint: the same cap, per endpoint (the smaller of the two applies).
 
     Raises:
         MissingDependencyError: the SDK path is asked for and the ``openai`` package
@@ -234,7 +200,7 @@ class OpenAIModel(SDKModel):
         structured_mode: StructuredMode | None = None,
         http_client: Any = None,
         http: HttpBackend | None = None,
-        max_concurrency: int = 16,
+        max_concurrency: int | None = None,
         timeout: float | None = None,
         max_per_endpoint: int | None = None,
     ) -> None:
@@ -262,8 +228,36 @@ class OpenAIModel(SDKModel):
         if len(self.endpoints) > 1 and self.http != "lean":
             raise UsageError(f"several endpoints need the lean HTTP stack, not http={self.http!r}")
         self._transport = LeanTransport(json_headers(key), timeout=self.timeout)
-        self.pool = ReplicaPool(self.endpoints, "/chat/completions", max_per_replica=max_per_endpoint)
-        """Routes the lean stack's requests over :attr:`endpoints`."""
+        self.pool = ReplicaPool(
+            self.endpoints,
+            "/chat/completions",
+            max_per_replica=max_per_endpoint,
+            window=min(10.0, self.timeout),
+        )
+        """Routes the lean stack's requests over :attr:`endpoints`, one adaptive limit each."""
+        self._pool_cap = max_concurrency
+        self.pool.set_cap(max_concurrency)
+
+    def gate(self) -> Gate | None:
+        """None on the lean stack: its pool gates (and times) each endpoint's requests itself."""
+        if self.http != "lean":
+            return super().gate()
+        if self.max_concurrency != self._pool_cap:  # a cap set after construction (--model-concurrency)
+            self._pool_cap = self.max_concurrency
+            self.pool.set_cap(self.max_concurrency)
+        return None
+
+    def endpoint_stats(self) -> list[dict[str, object]]:
+        """Per endpoint: requests in flight, limit and its range, 429s, time-outs, circuit."""
+        if self.http != "lean":
+            return super().endpoint_stats()
+        return self.pool.gate.snapshot()
+
+    def pause_left(self) -> float:
+        """Seconds until an endpoint takes requests again after a Retry-After (0: one does now)."""
+        if self.http != "lean":
+            return super().pause_left()
+        return self.pool.gate.pause_left()
 
     def _own_http_client(self) -> Any:
         """The SDK's aiohttp-backed client for ``http="sdk-aiohttp"``, else the SDK's default."""
@@ -278,22 +272,29 @@ class OpenAIModel(SDKModel):
         """Build from the part of the spec after ``openai:``: ``MODEL`` and options.
 
         Options: ``timeout`` (seconds per request), ``base_url`` (or ``endpoints``: a
-        comma-separated list of replicas), ``max_per_endpoint``, ``api_key_env`` (the
+        comma-separated list of replicas), ``max_concurrency`` (cap of each endpoint's
+        adaptive limit), ``max_per_endpoint`` (the same), ``api_key_env`` (the
         variable holding the key) and ``structured_mode``, e.g.
         ``openai:llama3?base_url=http://gpu-box:8000/v1&api_key_env=GPU_BOX_KEY`` or
         ``openai:llama3?endpoints=http://gpu-1:8000/v1,http://gpu-2:8000/v1&max_per_endpoint=32``.
 
         Raises:
-            UsageError: an unknown option, a bad timeout or structured mode.
+            UsageError: an unknown option, a bad timeout, cap or structured mode.
             MissingCredentialsError: ``api_key_env`` names an unset variable.
         """
-        allowed = ("timeout", "base_url", "endpoints", "max_per_endpoint", "api_key_env", "structured_mode")
+        allowed = (
+            "timeout",
+            "base_url",
+            "endpoints",
+            "max_concurrency",
+            "max_per_endpoint",
+            "api_key_env",
+            "structured_mode",
+        )
         name, options = split_spec_options(rest, allowed)
         if "base_url" in options and "endpoints" in options:
             raise UsageError("give base_url or endpoints, not both")
-        cap = options.get("max_per_endpoint")
-        if cap is not None and not (cap.isdigit() and int(cap) > 0):
-            raise UsageError(f"max_per_endpoint must be a positive integer, got {cap!r}")
+        cap = spec_cap(options, "max_per_endpoint")
         api_key = None
         if "api_key_env" in options:
             api_key = os.environ.get(options["api_key_env"])
@@ -303,7 +304,8 @@ class OpenAIModel(SDKModel):
             name or DEFAULT_OPENAI_MODEL,
             base_url=options.get("base_url") or options.get("endpoints"),
             api_key=api_key,
-            max_per_endpoint=int(cap) if cap is not None else None,
+            max_per_endpoint=cap,
+            max_concurrency=spec_cap(options, "max_concurrency"),
             # The constructor checks the mode and names the choices.
             structured_mode=cast("StructuredMode | None", options.get("structured_mode")),
             timeout=float(options["timeout"]) if "timeout" in options else None,

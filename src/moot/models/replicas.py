@@ -1,16 +1,17 @@
-"""Several endpoints serving one model: least-in-flight routing, per-replica caps, backoff on refusal.
+"""Several endpoints serving one model: one adaptive limit each, routing to room, backoff on refusal.
 
 A model can be served by several replicas (several vLLM or llama.cpp servers
 started with the same weights). ``OPENAI_BASE_URL`` (or ``base_url=``, or the
 spec option ``base_url``/``endpoints``) may then hold a comma-separated list, and
-every request goes through a :class:`ReplicaPool`:
+every request goes through a :class:`ReplicaPool`. A single endpoint is a pool of one.
 
-* **Routing.** A request goes to the replica with the fewest requests in flight
-  among those that are up and under their cap; ties go round-robin, so a light
-  load spreads evenly too.
-* **Caps.** ``max_per_replica`` bounds the requests in flight at each replica (a
-  server that batches 32 sequences is best fed 32 at a time); a request that
-  finds every live replica at its cap waits for the first free slot.
+* **Limits.** Each endpoint has its own adaptive concurrency limit, Retry-After pause
+  and circuit breaker (:mod:`moot.models.limits`); ``max_per_replica`` (and the
+  model's ``max_concurrency``) cap each endpoint's limit.
+* **Routing.** A request goes to the endpoint with the most room (fewest in flight
+  for its limit) among those that are up; ties go round-robin, so a light load
+  spreads evenly too. A request that finds no endpoint with room waits for the
+  first: a request finishing, a pause ending.
 * **Failures.** A replica that refuses a connection (or lets a connection attempt
   time out, or drops a connection without answering) is taken out for a backoff
   period (1 s, doubling on each consecutive failure up to 30 s) and the request
@@ -18,7 +19,11 @@ every request goes through a :class:`ReplicaPool`:
   once; a replica in its backoff is tried only when no live replica is left, so
   a request fails only after every replica failed it. A success resets the
   replica's backoff. Time-outs and HTTP error statuses are answers, not
-  refusals: they are raised as they are (the caller's retry policy decides).
+  refusals: they are raised as they are (the caller's retry policy decides), and
+  429/503 pause that endpoint (``Retry-After``) while the others take the traffic.
+  An endpoint whose circuit opened (it answered nothing for a while) gets nothing
+  until its probe; when every endpoint's circuit is open, requests fail at once
+  with :class:`~moot.errors.EndpointDown`.
 
 A re-send after a dropped connection is a request the dead server may have
 logged, so it is counted as an extra attempt (:func:`~moot.models.base.note_extra_request`);
@@ -27,19 +32,17 @@ a re-send after a refused connection is not (nothing reached that server).
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import moot.redact as redact
 
 from ..errors import UsageError
-from ._http import LeanTransport, RawResponse, TransportError
-from .base import note_extra_request
+from ._http import LeanTransport, RawResponse, TransportError, parse_retry_after
+from .base import _CURRENT_STATS, note_extra_request
+from .limits import DEFAULT_CAP, Endpoint, Gate, Outcome, Ticket
 
 __all__ = ["Replica", "ReplicaPool", "split_endpoints"]
 
@@ -92,16 +95,22 @@ class Replica:
     """The endpoint, e.g. ``http://gpu-1:8000/v1``."""
     url: str
     """The ``/chat/completions`` URL."""
-    index: int
-    """Position in the pool (round-robin tie-break)."""
-    in_flight: int = 0
-    """Requests sent and not yet answered."""
-    sent: int = 0
-    """Requests sent so far (answered or not)."""
+    endpoint: Endpoint
+    """Its adaptive limit, pause and circuit breaker."""
     failures: int = 0
     """Consecutive refusals; sets the backoff."""
     down_until: float = 0.0
     """Monotonic time before which the replica is out of rotation."""
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return self.endpoint.in_flight
+
+    @property
+    def sent(self) -> int:
+        """Requests sent so far (answered or not)."""
+        return self.endpoint.sent_total
 
 
 class ReplicaPool:
@@ -110,9 +119,10 @@ class ReplicaPool:
     Args:
         base_urls: the endpoints (``.../v1``).
         path: appended to each endpoint, e.g. ``/chat/completions``.
-        max_per_replica: requests in flight at once per replica (None: no cap).
+        max_per_replica: cap of each endpoint's limit (None: :data:`~moot.models.limits.DEFAULT_CAP`).
         backoff: seconds a replica stays out after its first refusal.
         max_backoff: upper bound of the doubling backoff.
+        window: seconds without an answer that (with failed requests) open an endpoint's circuit.
         clock: monotonic clock (tests pass a fake one).
     """
 
@@ -124,122 +134,106 @@ class ReplicaPool:
         max_per_replica: int | None = None,
         backoff: float = 1.0,
         max_backoff: float = 30.0,
+        window: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_per_replica is not None and max_per_replica < 1:
             raise UsageError(f"max_per_replica must be at least 1, got {max_per_replica}")
-        self.replicas = [Replica(u, join_path(u, path), i) for i, u in enumerate(base_urls)]
+        self.replicas = [
+            Replica(
+                u, join_path(u, path), Endpoint(redact.url(u), max_per_replica, window=window, clock=clock)
+            )
+            for u in base_urls
+        ]
+        self._by_endpoint = {r.endpoint: r for r in self.replicas}
+        self.gate = Gate([r.endpoint for r in self.replicas])
+        """Hands out requests over the endpoints, each within its limit."""
         self.max_per_replica = max_per_replica
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._clock = clock
-        self._turn = 0
-        # A Condition binds to one loop; run_sync uses a fresh loop per call.
-        self._freed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Condition] = (
-            weakref.WeakKeyDictionary()
-        )
 
-    def _condition(self) -> asyncio.Condition:
-        loop = asyncio.get_running_loop()
-        cond = self._freed.get(loop)
-        if cond is None:
-            cond = self._freed[loop] = asyncio.Condition()
-        return cond
-
-    def _pick(self, tried: set[Replica]) -> Replica | None | Literal[True]:
-        """The replica for the next attempt; True when live replicas exist but all are at their cap."""
-        now = self._clock()
-        live = [r for r in self.replicas if r not in tried and r.down_until <= now]
-        if live:
-            cap = self.max_per_replica
-            free = [r for r in live if cap is None or r.in_flight < cap]
-            if not free:
-                return True
-            # Least in flight; ties broken by a rotating start so equal loads alternate.
-            n = len(self.replicas)
-            self._turn = (self._turn + 1) % n
-            return min(free, key=lambda r: (r.in_flight, (r.index - self._turn) % n))
-        resting = [r for r in self.replicas if r not in tried]
-        # Every untried replica is in its backoff: probe the one that comes back first.
-        if not resting:
-            return None
-        return min(resting, key=lambda r: r.down_until)
-
-    def _take(self, tried: set[Replica]) -> Replica | None | Literal[True]:
-        """:meth:`_pick`, counting the picked replica's request (no await: the common path)."""
-        picked = self._pick(tried)
-        if isinstance(picked, Replica):
-            picked.in_flight += 1
-            picked.sent += 1
-        return picked
-
-    async def _wait_for_slot(self, tried: set[Replica]) -> Replica | None:
-        """Wait until a live replica is under its cap, then take it."""
-        while True:
-            cond = self._condition()
-            async with cond:
-                # Re-check under the lock: a slot may have freed since the caller looked.
-                if self._pick(tried) is True:
-                    await cond.wait()
-            picked = self._take(tried)
-            if picked is not True:
-                return picked
-
-    async def _release(self, replica: Replica) -> None:
-        replica.in_flight -= 1
-        cond = self._condition()
-        async with cond:
-            cond.notify(1)
+    def set_cap(self, cap: int | None) -> None:
+        """Cap every endpoint's limit at ``cap`` (and ``max_per_replica``; None: no cap of its own)."""
+        caps = [c for c in (cap, self.max_per_replica) if c is not None]
+        want = min(caps) if caps else None
+        for r in self.replicas:
+            if r.endpoint.limit.cap != (want if want is not None else DEFAULT_CAP):
+                r.endpoint.limit.set_cap(want)
 
     def _mark_down(self, replica: Replica) -> None:
         delay = min(self.backoff * (2**replica.failures), self.max_backoff)
         replica.failures += 1
         replica.down_until = self._clock() + delay
 
+    def _exclude(self, tried: set[Endpoint]) -> set[Endpoint]:
+        """``tried``, plus the replicas in their refusal backoff unless no other is left."""
+        now = self._clock()
+        resting = {r.endpoint for r in self.replicas if r.down_until > now and r.endpoint not in tried}
+        if resting and len(tried) + len(resting) < len(self.replicas):
+            return tried | resting
+        return tried
+
+    async def _take(self, tried: set[Endpoint]) -> Ticket:
+        exclude = self._exclude(tried)
+        ticket = self.gate.try_acquire(exclude)
+        if ticket is None:
+            waited = time.perf_counter()
+            ticket = await self.gate.acquire(exclude)
+            stats = _CURRENT_STATS.get()
+            if stats is not None:
+                stats.queue_s += time.perf_counter() - waited
+        return ticket
+
     async def post(self, transport: LeanTransport, body: bytes) -> RawResponse:
-        """POST ``body`` to the best replica, moving on to another when one refuses or drops.
+        """POST ``body`` to the endpoint with room, moving on to another when one refuses or drops.
 
         Raises:
             TransportError: every replica refused or dropped this request (``connect``
                 is True when none of them received it), or a replica timed out.
+            EndpointDown: every endpoint's circuit is open.
         """
-        tried: set[Replica] = set()
+        tried: set[Endpoint] = set()
         reached = False  # some replica received this request
         resend_counts = False  # the previous attempt reached a server that may have logged it
         last: TransportError | None = None
         while True:
-            replica = self._take(tried)
-            if replica is True:
-                replica = await self._wait_for_slot(tried)
-            if replica is None:
+            if len(tried) == len(self.replicas):
                 assert last is not None
                 n = len(self.replicas)
                 raise TransportError(f"all {n} endpoint(s) failed; last: {last}", connect=not reached)
+            ticket = await self._take(tried)
+            replica = self._by_endpoint[ticket.endpoint]
             if resend_counts:
                 note_extra_request()
-            tried.add(replica)
+            tried.add(ticket.endpoint)
+            outcome, retry_after = Outcome.CANCELLED, None
             try:
                 raw = await transport.post(replica.url, body)
+                if raw.status in (429, 503):
+                    outcome, retry_after = Outcome.THROTTLE, parse_retry_after(raw.headers)
+                else:
+                    outcome = Outcome.ERROR if raw.status >= 400 else Outcome.ANSWER
             except TransportError as err:
                 if err.timeout and not err.connect:
+                    outcome = Outcome.TIMEOUT
                     raise  # slow, not dead: the caller's retry policy decides
+                outcome = Outcome.UNREACHABLE
                 self._mark_down(replica)
                 resend_counts = not err.connect
                 reached = reached or resend_counts
                 last = err
                 continue
             finally:
-                if self.max_per_replica is None:
-                    replica.in_flight -= 1
-                else:
-                    await self._release(replica)
+                self.gate.release(ticket, outcome, retry_after)
             replica.failures = 0
             return raw
 
     def stats(self) -> list[dict[str, object]]:
-        """Per-replica counters: ``url``, ``sent``, ``in_flight``, ``down`` (for reports and tests)."""
+        """Per replica: ``url``, ``sent``, ``in_flight``, ``down`` and the endpoint's limit counters."""
         now = self._clock()
         return [
             {"url": r.base_url, "sent": r.sent, "in_flight": r.in_flight, "down": r.down_until > now}
+            | r.endpoint.snapshot()
             for r in self.replicas
         ]

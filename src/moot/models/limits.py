@@ -1,0 +1,557 @@
+"""Adaptive concurrency per endpoint: how many requests moot keeps in flight, and when it stops.
+
+Every endpoint a model talks to (one base URL; each replica of ``openai:M@URL1,URL2``; a
+hosted API) has an :class:`Endpoint`: a concurrency *limit* that adapts, a *pause* set by
+the server's ``Retry-After``, and a *circuit breaker* for a server that stopped answering.
+A :class:`Gate` hands out the right to send one request, to the endpoint with room.
+
+The limit (:class:`AdaptiveLimit`) is AIMD, additive increase and multiplicative decrease,
+as in TCP congestion control, with the latency signal of the gradient limiter of Netflix's
+concurrency-limits library:
+
+* **Start: what the work asks for.** Until the first sign of congestion the limit follows
+  demand: every request the work has ready is sent (up to the cap), so 100 benches in
+  flight with 3 calls each put 300 requests on the wire at once, as TCP's slow start would
+  after a few round trips.
+* **Windows.** Answers are collected in windows of about one limit's worth (8 to 64); only
+  requests sent since the last decrease count, so one burst of congestion is one decrease
+  (TCP: at most one window cut per round trip).
+* **Latency floor.** Each window's latency is its lower quartile (the first answers of a
+  burst sent into a queue still show the floor; replies of varied length move it little).
+  The floor is the lowest window latency seen. A window above
+  ``shrink_above`` (1.5) times the floor means requests queue at the server: the limit is
+  multiplied by ``0.9 / ratio`` (at least 0.5), the gradient rule, aimed just below the
+  concurrency that showed the floor so the next windows show it again. When two cuts in a
+  row leave latency where it was, the server itself became slower (longer prompts, longer
+  answers): its latency becomes the new floor and the limit returns to where it was. Held
+  between the two thresholds for 4 windows, the limit is halved once to re-measure the
+  floor (it may have been measured while a first burst queued).
+* **Drops.** A time-out halves the limit, a 429 or 503 multiplies it by 0.75 (the
+  endpoint's pause does the rest); never below 1.
+* **Growth.** While the last window stayed within ``grow_below`` (1.25) times the floor,
+  each answer to a request sent with the limit at least half in use adds ``1/sqrt(limit)``:
+  about ``sqrt(limit)`` per round trip, up to the cap.
+
+The cap is ``--model-concurrency N`` / ``?max_concurrency=N`` when given, else
+:data:`DEFAULT_CAP`; a fixed (non-adaptive) endpoint, the embedded model's, keeps exactly
+its cap.
+
+``Retry-After`` on a 429 or 503 pauses the whole endpoint, not one request: nothing is sent
+to it until the pause ends (without the header: 0.5 s, doubling on consecutive throttles,
+up to 30 s, for each throttle of a request sent after the previous pause began).
+
+The circuit breaker: an endpoint whose last :data:`OPEN_AFTER` (2) or more requests all
+failed without an answer (time-outs, refused or dropped connections) for at least
+``window`` seconds (the request timeout, at most 10 s) is *open*: every request waiting
+for it and every new one fails at once with :class:`~moot.errors.EndpointDown` ("endpoint
+http://... answered none of 16 requests within 60 s"). After ``open_for`` seconds (30,
+doubling on each failed probe up to 300) one request is let through (half-open); an
+answer of any kind closes the circuit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from ..errors import EndpointDown
+
+__all__ = [
+    "DEFAULT_CAP",
+    "OPEN_AFTER",
+    "THROTTLE_CUT",
+    "AdaptiveLimit",
+    "Endpoint",
+    "Gate",
+    "Outcome",
+    "Ticket",
+]
+
+DEFAULT_CAP = 512
+"""Upper bound of an adaptive limit when no cap is given: requests in flight per endpoint."""
+OPEN_AFTER = 2
+"""Requests failed without an answer, in a row, that (over ``window`` seconds) open the circuit."""
+HOLD_WINDOWS = 4
+"""Windows in a row above the floor's growth band before the limit is halved to re-measure it."""
+THROTTLE_CUT = 0.75
+"""The limit's factor on a 429/503 (the pause does the rest); a time-out halves it."""
+_MIN_WINDOW = 8
+_MAX_WINDOW = 64
+_PAUSE_BASE = 0.5
+_PAUSE_MAX = 30.0
+
+
+class Outcome(Enum):
+    """How one request ended, as the endpoint's limit and breaker see it."""
+
+    ANSWER = "answer"
+    """A reply (its latency feeds the limit)."""
+    ERROR = "error"
+    """An HTTP error other than 429/503, or an unreadable reply: the server is alive."""
+    THROTTLE = "throttle"
+    """429 or 503: the limit halves, the endpoint pauses."""
+    TIMEOUT = "timeout"
+    """No complete answer within the request timeout: the limit halves; counts toward the breaker."""
+    UNREACHABLE = "unreachable"
+    """Refused, unreachable or dropped: counts toward the breaker."""
+    CANCELLED = "cancelled"
+    """The caller gave up (a deadline): nothing learnt."""
+
+
+class AdaptiveLimit:
+    """The AIMD limit with a latency floor; see the module docstring. Pure arithmetic.
+
+    Args:
+        cap: the largest limit (None: :data:`DEFAULT_CAP`).
+        adaptive: False keeps the limit at ``cap`` (the embedded model: 1).
+        grow_below: grow while the window median is at most this times the floor.
+        shrink_above: shrink when the window median is above this times the floor.
+    """
+
+    def __init__(
+        self,
+        cap: int | None = None,
+        *,
+        adaptive: bool = True,
+        grow_below: float = 1.25,
+        shrink_above: float = 1.5,
+    ) -> None:
+        self.cap = cap if cap is not None else DEFAULT_CAP
+        self.adaptive = adaptive
+        self.grow_below = grow_below
+        self.shrink_above = shrink_above
+        self.limit = float(self.cap if not adaptive else 1)
+        """The current limit (requests in flight); an int view is :attr:`allowed`."""
+        self.slow_start = adaptive
+        """True until the first sign of congestion: the limit follows demand."""
+        self.epoch = 0
+        """Bumped by each decrease; answers to requests sent before it are not counted again."""
+        self.floor: float | None = None
+        """The lowest window latency (lower quartile) seen, seconds."""
+        self.low: int | None = None
+        """The lowest limit once congestion was seen (None: never)."""
+        self.high = int(self.limit)
+        """The highest limit reached."""
+        self._cut_at: tuple[float, float] | None = None  # (latency, limit) at the first latency cut
+        self._strikes = 0  # latency cuts in a row after which latency did not fall
+        self._held = 0  # windows in a row between grow_below and shrink_above
+        self._window: list[float] = []
+        self._near_floor = True  # the last window's latency was within grow_below of the floor
+
+    def set_cap(self, cap: int | None) -> None:
+        """Change the cap (an explicit ``--model-concurrency``); the limit is clipped to it."""
+        self.cap = cap if cap is not None else DEFAULT_CAP
+        if not self.adaptive:
+            self.limit = float(self.cap)
+        self.limit = min(self.limit, float(self.cap))
+
+    @property
+    def allowed(self) -> int:
+        """Requests allowed in flight now (at least 1)."""
+        return max(1, int(self.limit))
+
+    def room(self, in_flight: int) -> bool:
+        """Whether one more request may be sent with ``in_flight`` already out."""
+        if self.slow_start:
+            return in_flight < self.cap
+        return in_flight < self.allowed
+
+    def sent(self, in_flight: int) -> int:
+        """Note a request sent, ``in_flight`` counting it; returns the epoch to report it with."""
+        if self.slow_start and in_flight > self.limit:
+            self.limit = float(min(in_flight, self.cap))
+            self.high = max(self.high, int(self.limit))
+        return self.epoch
+
+    def answered(self, latency: float, epoch: int, in_flight: int) -> None:
+        """A reply to a request sent at ``epoch``, with ``in_flight`` out then, took ``latency`` seconds."""
+        if not self.adaptive or epoch != self.epoch:
+            return
+        floor = self.floor
+        if (
+            self._near_floor
+            and not self.slow_start
+            and floor is not None
+            and latency <= self.shrink_above * floor
+            and 2 * in_flight >= self.allowed
+            and self.limit < self.cap
+        ):
+            # Additive increase: about sqrt(limit) per round trip (limit answers).
+            self.limit = min(float(self.cap), self.limit + 1.0 / math.sqrt(self.limit))
+            self.high = max(self.high, int(self.limit))
+        self._window.append(latency)
+        if len(self._window) >= min(_MAX_WINDOW, max(_MIN_WINDOW, self.allowed)):
+            self._close_window()
+
+    def dropped(self, epoch: int, factor: float = 0.5) -> None:
+        """A 429/503/time-out for a request sent at ``epoch``: multiply by ``factor``, once per epoch."""
+        if not self.adaptive:
+            return
+        if self.slow_start:
+            self.slow_start = False
+        elif epoch != self.epoch:
+            return
+        self._cut(factor)
+
+    def _cut(self, factor: float) -> None:
+        self.limit = max(1.0, self.limit * factor)
+        self.epoch += 1
+        self._window.clear()
+        self.low = self.allowed if self.low is None else min(self.low, self.allowed)
+
+    def _close_window(self) -> None:
+        # The lower quartile, not the mean: the first answers of a burst sent into a queue
+        # show the floor, and answers of varied length (LLM replies) do not move it much.
+        latency = statistics.quantiles(self._window, n=10, method="inclusive")[0]
+        self._window.clear()
+        floor = self.floor = latency if self.floor is None else min(latency, self.floor)
+        ratio = latency / floor if floor > 0 else 1.0
+        self._near_floor = ratio <= self.grow_below
+        # Held above the floor for HOLD_WINDOWS windows: the floor may be stale (measured while
+        # a burst queued); a cut finds out (latency falls: queueing) or is undone (two strikes).
+        self._held = 0 if self._near_floor or ratio > self.shrink_above else self._held + 1
+        if (ratio <= self.shrink_above and self._held < HOLD_WINDOWS) or self.limit <= 1:
+            if self._near_floor:
+                self._cut_at = None
+            return
+        self._held = 0
+        self.slow_start = False
+        if self._cut_at is not None and latency >= 0.9 * self._cut_at[0]:
+            self._strikes += 1
+            if self._strikes >= 2:
+                # Two cuts and no faster: not queueing but a slower server (longer prompts,
+                # longer answers). Its latency is the new floor; the limit comes back.
+                self.floor, self._near_floor = latency, True
+                self.limit = max(self.limit, self._cut_at[1])
+                self._cut_at, self._strikes = None, 0
+                return
+        else:
+            self._strikes = 0
+            self._cut_at = (latency, self.limit)
+        self._cut_at = (latency, self._cut_at[1])
+        # Aim below the floor's concurrency, so the next windows show the floor again.
+        self._cut(max(0.5, min(0.9 / ratio, 0.5 if ratio <= self.shrink_above else 1.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """The right to one request in flight at ``endpoint``; give it back with :meth:`Gate.release`."""
+
+    endpoint: Endpoint
+    sent_at: float
+    epoch: int
+    in_flight: int
+    probe: bool = False
+
+
+class Endpoint:
+    """One endpoint's limit, pause and circuit breaker (synchronous; :class:`Gate` waits on them).
+
+    Args:
+        name: the endpoint's URL (or the model spec when there is no URL), used in messages.
+        cap: the limit's cap (None: :data:`DEFAULT_CAP`).
+        adaptive: False keeps exactly ``cap`` in flight.
+        window: seconds without any answer (with :data:`OPEN_AFTER` failures) that open the circuit.
+        open_for: seconds the circuit stays open before a probe (doubles per failed probe, to 300).
+        clock: monotonic clock (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cap: int | None = None,
+        *,
+        adaptive: bool = True,
+        window: float = 10.0,
+        open_for: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.limit = AdaptiveLimit(cap, adaptive=adaptive)
+        self.window = window
+        self.open_for = open_for
+        self.clock = clock
+        self.in_flight = 0
+        """Requests sent and not yet finished."""
+        self.paused_until = 0.0
+        """Monotonic time before which nothing is sent (Retry-After)."""
+        self.throttled = 0
+        """429/503 answers so far."""
+        self.timeouts = 0
+        """Requests that timed out so far."""
+        self.answers = 0
+        """Answers of any kind so far (errors included)."""
+        self.sent_total = 0
+        """Requests sent so far."""
+        self._throttle_run = 0
+        self._paused_at = float("-inf")  # when the last pause began
+        self._unanswered = 0  # requests failed without an answer since the last answer
+        self._unanswered_since: float | None = None  # when the first of them was sent
+        self._open_until: float | None = None
+        self._open_count = 0
+        self._probing = False
+        self.reason: str | None = None
+        """Why the circuit is open (None: closed)."""
+
+    # -- state ------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise :class:`EndpointDown` if the circuit is open and no probe may go now.
+
+        Raises:
+            EndpointDown: the endpoint answered nothing for a while (``reason``).
+        """
+        if self.reason is None:
+            return
+        assert self._open_until is not None
+        if self.clock() < self._open_until or self._probing:
+            raise EndpointDown(self.reason, endpoint=self.name)
+
+    @property
+    def is_open(self) -> bool:
+        """True while the circuit is open (a probe may be due)."""
+        return self.reason is not None
+
+    def pause_left(self) -> float:
+        """Seconds until the endpoint takes requests again after a Retry-After (0: now)."""
+        return max(0.0, self.paused_until - self.clock())
+
+    def room(self) -> bool:
+        """Whether a request may be sent now (not paused, circuit closed or probe due, under the limit)."""
+        if self.reason is not None:
+            assert self._open_until is not None
+            return not self._probing and self.clock() >= self._open_until
+        if self.paused_until > self.clock():
+            return False
+        return self.limit.room(self.in_flight)
+
+    def load(self) -> float:
+        """In flight over the limit: routing prefers the endpoint with the most room."""
+        limit = self.limit
+        return self.in_flight / (limit.cap if limit.slow_start else limit.allowed)
+
+    # -- events -----------------------------------------------------------------------------
+    def take(self) -> Ticket:
+        """Count one request sent (call only when :meth:`room` is True)."""
+        self.in_flight += 1
+        self.sent_total += 1
+        probe = False
+        if self.reason is not None:
+            self._probing = probe = True
+        return Ticket(self, self.clock(), self.limit.sent(self.in_flight), self.in_flight, probe)
+
+    def finish(self, ticket: Ticket, outcome: Outcome, retry_after: float | None = None) -> None:
+        """Count a request finished with ``outcome`` (``retry_after``: the server's pause, seconds)."""
+        self.in_flight -= 1
+        now = self.clock()
+        if ticket.probe:
+            self._probing = False
+        if outcome is Outcome.CANCELLED:
+            return
+        if outcome in (Outcome.TIMEOUT, Outcome.UNREACHABLE):
+            if outcome is Outcome.TIMEOUT:
+                self.timeouts += 1
+                self.limit.dropped(ticket.epoch)
+            self._failed(ticket, now)
+            return
+        self.answers += 1
+        self._unanswered = 0
+        self._unanswered_since = None
+        if self.reason is not None:  # any answer closes the circuit
+            self.reason = self._open_until = None
+            self._open_count = 0
+        if outcome is Outcome.THROTTLE:
+            self.throttled += 1
+            self.limit.dropped(ticket.epoch, THROTTLE_CUT)
+            if ticket.sent_at <= self._paused_at:
+                return  # sent before the current pause began: that pause already answers it
+            self._throttle_run += 1
+            if retry_after is None:
+                retry_after = min(_PAUSE_MAX, _PAUSE_BASE * 2 ** (self._throttle_run - 1))
+            self._paused_at = now
+            self.paused_until = max(self.paused_until, now + max(0.0, retry_after))
+            return
+        self._throttle_run = 0
+        if outcome is Outcome.ANSWER:
+            self.limit.answered(now - ticket.sent_at, ticket.epoch, ticket.in_flight)
+
+    def _failed(self, ticket: Ticket, now: float) -> None:
+        self._unanswered += 1
+        if self.reason is not None and not ticket.probe:
+            return  # open already: requests sent before it opened end as they may
+        if self._unanswered_since is None or ticket.sent_at < self._unanswered_since:
+            self._unanswered_since = ticket.sent_at
+        quiet = now - self._unanswered_since
+        if ticket.probe or (self._unanswered >= OPEN_AFTER and quiet >= self.window):
+            self._open_count += 1
+            pause = min(300.0, self.open_for * 2 ** (self._open_count - 1))
+            self._open_until = now + pause
+            within = f"{quiet:.1f}" if quiet < 10 else f"{quiet:.0f}"
+            self.reason = (
+                f"endpoint {self.name} answered none of {self._unanswered} requests within "
+                f"{within} s; not sending to it for {pause:g} s"
+            )
+
+    def snapshot(self) -> dict[str, object]:
+        """Counters for progress displays and the run record."""
+        return {
+            "endpoint": self.name,
+            "in_flight": self.in_flight,
+            "limit": self.limit.allowed,
+            "limit_low": self.limit.low if self.limit.low is not None else self.limit.allowed,
+            "limit_high": self.limit.high,
+            "sent": self.sent_total,
+            "throttled": self.throttled,
+            "timeouts": self.timeouts,
+            "open": self.reason,
+        }
+
+
+class Gate:
+    """Hands out requests over one or more endpoints, each within its limit.
+
+    :meth:`acquire` picks the endpoint with the most room (least in flight for its limit;
+    ties rotate), or waits until one has room: a request finishes, a pause ends. When every
+    endpoint's circuit is open it raises at once, and so do the requests already waiting.
+
+    Args:
+        endpoints: the endpoints (one for a plain backend; one per replica).
+    """
+
+    def __init__(self, endpoints: Sequence[Endpoint]) -> None:
+        self.endpoints = list(endpoints)
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._turn = 0
+
+    def _pick(self, exclude: frozenset[Endpoint] | set[Endpoint]) -> Endpoint | None:
+        best: Endpoint | None = None
+        n = len(self.endpoints)
+        if n == 1:
+            only = self.endpoints[0]
+            return only if only not in exclude and only.room() else None
+        self._turn = (self._turn + 1) % n
+        best_key: tuple[float, int] | None = None
+        for i, ep in enumerate(self.endpoints):
+            if ep in exclude or not ep.room():
+                continue
+            key = (ep.load(), (i - self._turn) % n)
+            if best_key is None or key < best_key:
+                best, best_key = ep, key
+        return best
+
+    def _usable(self, exclude: frozenset[Endpoint] | set[Endpoint]) -> list[Endpoint]:
+        """Endpoints not excluded whose circuit lets requests through now or after a probe."""
+        usable = []
+        for ep in self.endpoints:
+            if ep in exclude:
+                continue
+            try:
+                ep.check()
+            except EndpointDown:
+                continue
+            usable.append(ep)
+        return usable
+
+    def try_acquire(self, exclude: frozenset[Endpoint] | set[Endpoint] = frozenset()) -> Ticket | None:
+        """A ticket if an endpoint has room now and nobody waits, else None (no await: the fast path)."""
+        if self._waiters:
+            return None
+        ep = self._pick(exclude)
+        return ep.take() if ep is not None else None
+
+    async def acquire(self, exclude: frozenset[Endpoint] | set[Endpoint] = frozenset()) -> Ticket:
+        """Wait for room at an endpoint not in ``exclude`` and take it.
+
+        Raises:
+            EndpointDown: every (not excluded) endpoint's circuit is open; the message names why.
+            LookupError: ``exclude`` leaves no endpoint.
+        """
+        ticket = self.try_acquire(exclude)
+        if ticket is not None:
+            return ticket
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a fresh event loop (run_sync): waiters of an old one are gone
+            self._loop, self._waiters, self._timer = loop, deque(), None
+        queued = bool(self._waiters)  # others wait already: queue behind them first
+        while True:
+            if all(ep in exclude for ep in self.endpoints):
+                raise LookupError("no endpoint left to try")
+            usable = self._usable(exclude)
+            if not usable:
+                down = next(ep for ep in self.endpoints if ep not in exclude)
+                raise EndpointDown(down.reason or f"endpoint {down.name} is down", endpoint=down.name)
+            if not queued:
+                ep = self._pick(exclude)
+                if ep is not None:
+                    return ep.take()
+            queued = False
+            self._arm_timer(usable)
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake(1)  # pass the wake-up on
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+                raise
+
+    def _arm_timer(self, usable: list[Endpoint]) -> None:
+        """Wake the waiters when the earliest pause or circuit-open period ends."""
+        if self._loop is None:
+            return
+        waits = [ep.pause_left() for ep in usable if ep.pause_left() > 0]
+        for ep in usable:
+            if ep.is_open and ep._open_until is not None:
+                waits.append(max(0.0, ep._open_until - ep.clock()))
+        if not waits:
+            return
+        at = self._loop.time() + min(waits) + 0.001
+        if self._timer is not None and not self._timer.cancelled() and self._timer.when() <= at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(at, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._wake(len(self._waiters))
+
+    def _wake(self, n: int) -> None:
+        while n > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                n -= 1
+
+    def release(self, ticket: Ticket, outcome: Outcome, retry_after: float | None = None) -> None:
+        """Give a ticket back with how its request ended; wakes waiters that may now proceed."""
+        ep = ticket.endpoint
+        was_open = ep.is_open
+        ep.finish(ticket, outcome, retry_after)
+        if not self._waiters:
+            return
+        if ep.is_open and not was_open:
+            self._wake(len(self._waiters))  # they fail at once (or go to another endpoint)
+        elif outcome is Outcome.THROTTLE:
+            self._wake(len(self._waiters))  # they re-check and wait for the pause's timer
+        else:
+            self._wake(max(1, ep.limit.allowed - ep.in_flight))
+
+    def pause_left(self) -> float:
+        """Seconds until some endpoint takes requests again (0: one does now or none is paused)."""
+        lefts = [ep.pause_left() for ep in self.endpoints if not ep.is_open]
+        return min(lefts) if lefts else 0.0
+
+    def snapshot(self) -> list[dict[str, object]]:
+        """Each endpoint's counters (:meth:`Endpoint.snapshot`)."""
+        return [ep.snapshot() for ep in self.endpoints]
