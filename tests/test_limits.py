@@ -251,7 +251,7 @@ class TestServers:
             results = run(many(model, 6, RetryPolicy(throttle_budget=1.5)))
         errors = [r for r in results if isinstance(r, BaseException)]
         assert errors and all(isinstance(e, RateLimited) for e in errors)
-        assert "still rate limited after retrying" in str(errors[0])
+        assert "still rate limited (retried for" in str(errors[0])
 
     def test_503_bursts_are_waited_out(self) -> None:
         with LimitServer("burst503", burst_every=10, burst_len=3, latency=0.01) as server:

@@ -443,6 +443,7 @@ class DebateRun:
                 stats=stats,
                 validation_context={"topic": self.topic},
                 on_request=self._request_events(persona.key, rnd, phase) if self.listened else None,
+                deadline=self.deadline,
             )
         except asyncio.CancelledError:
             # The run stopped (deadline, a sibling's fallback) with this call in flight: keep the

@@ -286,11 +286,16 @@ class RateLimited(ModelError):
         last: the last rate-limit answer.
     """
 
-    def __init__(self, seconds: float, last: ModelError, *, model: str = "") -> None:
+    def __init__(
+        self, seconds: float, last: ModelError, *, model: str = "", deadline_left: float | None = None
+    ) -> None:
+        why = (
+            f"the deadline left {deadline_left:.1f} s, less than the server's pause"
+            if deadline_left is not None
+            else f"retried for {seconds:.0f} s"
+        )
         super().__init__(
-            f"{model or 'model'}: still rate limited after retrying for {seconds:.0f} s ({last})",
-            model=model,
-            retryable=False,
+            f"{model or 'model'}: still rate limited ({why}): {last}", model=model, retryable=False
         )
         self.seconds = seconds
         self.last = last

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .deadline import Deadline
 from .errors import ModelError, ModelHTTPError, UsageError, error_text
 from .jsontext import extract_json, parse_partial
 from .models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage
@@ -163,6 +164,7 @@ async def ask(
     stats: CallStats | None = None,
     validation_context: dict[str, Any] | None = None,
     on_request: OnRequest | None = None,
+    deadline: Deadline | None = None,
 ) -> Outcome:
     """Ask ``model`` for one ``output_type`` object; validate, repair once, or fail.
 
@@ -183,6 +185,8 @@ async def ask(
         on_request: called with a :class:`~moot.transcript.RequestRecord` as each request
             ends (the first, and the repair if one is sent); not for a request cut short by
             cancellation. None (the default) builds no record.
+        deadline: the caller's deadline: a rate limit whose pause would outlast it fails
+            the call at once (:class:`~moot.errors.RateLimited`, with the reason).
 
     Returns:
         An Outcome. Backend failures after retries, and unexpected exceptions from
@@ -214,7 +218,12 @@ async def ask(
         watch = _RequestWatch(model, request, stats, on_retry) if on_request is not None else None
         try:
             response: ModelResponse = await call_model(
-                model, request, retry, on_retry=watch.on_retry if watch else on_retry, stats=stats
+                model,
+                request,
+                retry,
+                on_retry=watch.on_retry if watch else on_retry,
+                stats=stats,
+                deadline=deadline,
             )
         except ModelError as exc:
             out.error, out.exception = error_text(exc), exc

@@ -15,6 +15,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +29,9 @@ from ..errors import (
 )
 from .base import _CURRENT_STATS, CallStats, Model, ModelRequest, ModelResponse
 from .limits import Gate, Outcome
+
+if TYPE_CHECKING:  # moot.deadline sits above the models (it sizes a protocol's deadline)
+    from ..deadline import Deadline
 
 __all__ = ["DEFAULT_THROTTLE_BUDGET", "RetryPolicy", "call_model", "is_throttle"]
 
@@ -78,6 +82,7 @@ async def call_model(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     on_retry: Callable[[int, ModelError, float], None] | None = None,
     stats: CallStats | None = None,
+    deadline: Deadline | None = None,
 ) -> ModelResponse:
     """Call ``model`` through its concurrency gate, retrying transient errors and waiting out rate limits.
 
@@ -97,9 +102,13 @@ async def call_model(
         on_retry: called as ``on_retry(attempt, error, delay)`` before each wait.
         stats: updated as the call runs: ``usage.attempts`` +1 per request sent, the
             answer's usage added, time spent waiting for the gate in ``queue_s``.
+        deadline: the caller's deadline (:class:`~moot.deadline.Deadline`): a rate limit whose
+            pause would end after it fails the call at once, with the reason, instead of
+            leaving the caller to be cancelled mid-wait.
 
     Raises:
-        RateLimited: still 429/503 after ``policy.throttle_budget`` seconds.
+        RateLimited: still 429/503 after ``policy.throttle_budget`` seconds, or when the
+            deadline leaves no time for the next try.
         EndpointDown: the endpoint's circuit is open (it answered nothing for a while).
         ModelError: the last error once retries are exhausted, or at once if
             the error is not retryable.
@@ -125,6 +134,10 @@ async def call_model(
                 spent = time.monotonic() - started
                 if spent + wait > policy.throttle_budget:
                     raise RateLimited(spent, err, model=model.name) from err
+                if deadline is not None and deadline.remaining_s() <= wait:
+                    raise RateLimited(
+                        spent, err, model=model.name, deadline_left=deadline.remaining_s()
+                    ) from err
             elif not err.retryable or attempt >= policy.max_retries:
                 raise
             else:
