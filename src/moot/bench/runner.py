@@ -295,6 +295,8 @@ class BenchRun:
         model_name: the name the backend reports (``config.model`` is the spec asked for).
         data_notes: what reading the data left out, and why (the task's notes).
         workers: per-worker counts when the units ran on Ray workers (:mod:`moot.scale`).
+        endpoints: per model endpoint, its concurrency limit (now, lowest, highest), requests sent,
+            429/503 answers and time-outs (:meth:`moot.models.Model.endpoint_stats`).
     """
 
     config: BenchConfig
@@ -310,6 +312,7 @@ class BenchRun:
     model_name: str = ""
     data_notes: tuple[str, ...] = ()
     workers: list[dict[str, Any]] = field(default_factory=list)
+    endpoints: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -403,6 +406,8 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     }
     if run.workers:  # units run on Ray workers: how many each did, and which died
         summary["workers"] = run.workers
+    if run.endpoints:  # each model endpoint's concurrency limit range, 429s and time-outs
+        summary["endpoints"] = run.endpoints
     missing = expected - len(run.records)
     fell_back = len(run.fell_back)
     if fell_back:
@@ -537,6 +542,8 @@ async def run_bench(
             )  # fmt: skip
             if units is not None and not run.workers:
                 run.workers = units.counts()
+            if model is not None and units is None:
+                run.endpoints = model.endpoint_stats()
             handle.end(result=None, **run_outcome(run))
     run.wall_s = time.perf_counter() - started
     return run

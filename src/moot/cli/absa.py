@@ -49,6 +49,7 @@ from ._io import (
     read_jsonl,
     staged_output,
 )
+from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._ray_options import RayOption, RayWorkersOption
 from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
@@ -243,12 +244,14 @@ def register(app: typer.Typer) -> None:
         cache: CacheOption = False,
         cache_file: CacheFileOption = None,
         cache_expiry: CacheExpiryOption = None,
+        model_concurrency: ModelConcurrencyOption = None,
     ) -> int:
         """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
 
         Exit code: 0 complete, 1 a sentence had failed calls or hit --timeout, 2 usage error.
         """
         apply_cache_options(cache, cache_file, cache_expiry, ray_address=ray_address)
+        apply_model_concurrency(model_concurrency)
         allow_outside(allow_outside_paths)
         if sentence is not None:
             check_text(sentence, "the sentence")

@@ -43,6 +43,7 @@ from ._io import (
     allow_outside,
     check_output_dir,
 )
+from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
 
@@ -219,9 +220,11 @@ def absa_eval_cmd(
     cache: CacheOption = False,
     cache_file: CacheFileOption = None,
     cache_expiry: CacheExpiryOption = None,
+    model_concurrency: ModelConcurrencyOption = None,
 ) -> None:
     """Aspect-tuple P/R/F1 and sentence-label accuracy, ablations side by side."""
     apply_cache_options(cache, cache_file, cache_expiry)
+    apply_model_concurrency(model_concurrency)
     allow_outside(allow_outside_paths)
     console = make_console(stderr=True)
     if out is not None:

@@ -18,6 +18,7 @@ from ..observe import annotate
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table
 from ._io import MAX_CONCURRENCY, read_json
+from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._safe import markup
 from ._store_options import NoStoreOption, StoreOption
 
@@ -91,12 +92,14 @@ def register(app: typer.Typer) -> None:
         cache: CacheOption = False,
         cache_file: CacheFileOption = None,
         cache_expiry: CacheExpiryOption = None,
+        model_concurrency: ModelConcurrencyOption = None,
     ) -> int:
         """Detect contradictions between agent reports and arbitrate them into a consensus.
 
         Exit code: 0 complete, 1 a contradiction has no ruling (failed call), 2 usage error.
         """
         apply_cache_options(cache, cache_file, cache_expiry)
+        apply_model_concurrency(model_concurrency)
         parsed = load_reports(reports)
         console = make_console(stderr=True, quiet=as_json)
 

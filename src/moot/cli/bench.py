@@ -7,6 +7,8 @@ import contextlib
 import hashlib
 import re
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -63,6 +65,7 @@ from ..protocol import MAX_TOKENS_PER_CALL
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import ProgressLines, make_console, print_table
 from ._io import MAX_CONCURRENCY, check_output_dir
+from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._ray_options import RayOption, RayWorkersOption
 from ._safe import markup
 from ._store_options import NoStoreOption, StoreOption
@@ -130,11 +133,18 @@ def parse_deadlines(values: list[str]) -> dict[str, float]:
 class _ProgressObserver(RunObserver):
     """A live bar on a terminal; a plain line every 10 s or 5% of the units in a log or a pipe."""
 
-    def __init__(self, progress: Progress | None, console: Console) -> None:
+    def __init__(
+        self,
+        progress: Progress | None,
+        console: Console,
+        endpoints: Callable[[], list[dict[str, Any]]] | None = None,
+    ) -> None:
         self.progress = progress
         self.console = console
+        self.endpoints = endpoints
         self.task: TaskID | None = None
         self.lines = ProgressLines(console, "bench", "units") if progress is None else None
+        self._shown = 0.0
 
     def started(self, total: int, done: int) -> None:
         if self.progress is not None:
@@ -145,11 +155,36 @@ class _ProgressObserver(RunObserver):
     def finished_unit(self, record: ItemRecord) -> None:
         if self.progress is not None and self.task is not None:
             self.progress.advance(self.task)
+            now = time.monotonic()
+            if self.endpoints is not None and now - self._shown >= 0.5:  # a few redraws a second at most
+                self._shown = now
+                line = endpoint_line(self.endpoints())
+                self.progress.update(self.task, description=f"items x methods  {line}")
         elif self.lines is not None:
             self.lines.advance()
 
     def failed_unit(self, item_id: str, method: str, error: str) -> None:
         self.console.print(f"[yellow]failed[/] {markup(item_id)} {markup(method)}: {markup(error)}")
+
+
+def endpoint_line(stats: list[dict[str, Any]]) -> str:
+    """``in flight 120/limit 300, 429s 4`` summed over a model's endpoints (for progress lines)."""
+    in_flight = sum(int(s["in_flight"]) for s in stats)
+    limit = sum(int(s["limit"]) for s in stats)
+    throttled = sum(int(s["throttled"]) for s in stats)
+    return f"in flight {in_flight}/limit {limit}, 429s {throttled}"
+
+
+def _print_endpoints(console: Console, stats: list[dict[str, Any]]) -> None:
+    for s in stats:
+        line = (
+            f"endpoint {markup(str(s['endpoint']))}: limit {s['limit_low']}-{s['limit_high']} "
+            f"(now {s['limit']}), {s['sent']} sent, {s['throttled']} answered 429/503, "
+            f"{s['timeouts']} timed out"
+        )
+        if s.get("open"):
+            line += f"; [yellow]down:[/] {markup(str(s['open']))}"
+        console.print(line)
 
 
 _METHOD_FLAGS = ("methods", "early_stop", "debate_if_disagree")
@@ -249,15 +284,7 @@ def bench(
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", min=1, max=MAX_TOKENS_PER_CALL, help="Generation cap per call.")
     ] = 256,
-    model_concurrency: Annotated[
-        int | None,
-        typer.Option(
-            "--model-concurrency",
-            min=1,
-            max=MAX_CONCURRENCY,
-            help="Requests in flight at the backend (default: its own).",
-        ),
-    ] = None,
+    model_concurrency: ModelConcurrencyOption = None,
     max_errors: Annotated[
         int, typer.Option("--max-errors", min=1, help="Stop after this many failed units in a row.")
     ] = 10,
@@ -307,6 +334,7 @@ def bench(
     2 usage error (bad option or data, --out in use); 130 Ctrl-C or SIGTERM.
     """
     apply_cache_options(cache, cache_file, cache_expiry, ray_address=ray_address)
+    apply_model_concurrency(model_concurrency)
     console = make_console(stderr=True)
     given = {f: _given(ctx, f) for f in RECORDED_OPTIONS}
     given["methods"] = any(_given(ctx, f) for f in _METHOD_FLAGS)
@@ -354,8 +382,6 @@ def bench(
             from ..models import resolve_model
 
             backend = resolve_model(config.model) if replayed is None else replayed
-            if model_concurrency is not None:
-                backend.max_concurrency = model_concurrency
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),
@@ -376,7 +402,7 @@ def bench(
                 else contextlib.nullcontext(None)
             ) as progress,
         ):
-            observer = _ProgressObserver(progress, console)
+            observer = _ProgressObserver(progress, console, backend.endpoint_stats if ray is None else None)
             # `timeout` and schedulers send SIGTERM: stop like Ctrl-C, with the resume hint.
             previous = signal.signal(signal.SIGTERM, _interrupt)
             try:
@@ -434,6 +460,7 @@ def _finish(run: BenchRun, out_dir: Path, console: Console, *, plots: bool, time
         ) from None
     print_table(make_console(), rich_table(report), drop=RICH_TABLE_DROP)
     console.print(f"report: {out_dir / REPORT_FILE}  results: {out_dir / RESULTS_FILE}")
+    _print_endpoints(console, run.endpoints)
     if run.retried:
         console.print(f"retried {run.retried} failed unit attempts in this invocation")
     if run.timed_out and timeout is not None:

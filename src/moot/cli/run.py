@@ -37,6 +37,7 @@ from ._io import (
     read_text,
     staged_output,
 )
+from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
 from .dry_run import first_round_calls, format_calls
@@ -385,6 +386,7 @@ def register(app: typer.Typer) -> None:
         cache: CacheOption = False,
         cache_file: CacheFileOption = None,
         cache_expiry: CacheExpiryOption = None,
+        model_concurrency: ModelConcurrencyOption = None,
         replay: Annotated[
             bool,
             typer.Option(
@@ -409,6 +411,7 @@ def register(app: typer.Typer) -> None:
         Exit code: 0 complete, 1 fell back or had failed calls, 2 usage error.
         """
         apply_cache_options(cache, cache_file, cache_expiry)
+        apply_model_concurrency(model_concurrency)
         allow_outside(allow_outside_paths)
         _check_args(topic, initial_answer, out)
         _replaying(from_run, replay, replay_until)

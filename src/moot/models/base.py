@@ -24,8 +24,10 @@ __all__ = [
     "Sample",
     "Usage",
     "DEFAULT_REQUEST_TIMEOUT",
+    "cap_concurrency",
     "check_allow_model_requests",
     "default_request_timeout",
+    "effective_cap",
     "model_info",
     "note_cached_reply",
     "note_extra_request",
@@ -89,6 +91,28 @@ def split_spec_options(rest: str, allowed: tuple[str, ...] = ("timeout",)) -> tu
     if "timeout" in options:
         _positive_seconds(options["timeout"], "timeout")
     return name.strip(), options
+
+
+_CONCURRENCY_CAP: ContextVar[int | None] = ContextVar("moot_concurrency_cap", default=None)
+
+
+def cap_concurrency(cap: int | None) -> None:
+    """Cap the requests in flight of every adaptive model, per endpoint, in the current context.
+
+    The CLI's ``--model-concurrency N`` calls it once per command (each command runs in a
+    context of its own); a model's own ``max_concurrency`` (``?max_concurrency=N``) still
+    applies, the smaller cap winning. The embedded model keeps its 1.
+    """
+    _CONCURRENCY_CAP.set(cap)
+
+
+def effective_cap(model: Model) -> int | None:
+    """``model.max_concurrency``, lowered to the context's cap (:func:`cap_concurrency`) if adaptive."""
+    own = model.max_concurrency
+    cap = _CONCURRENCY_CAP.get()
+    if cap is None or not model.adaptive_concurrency:
+        return own
+    return cap if own is None else min(own, cap)
 
 
 def spec_cap(options: dict[str, str], key: str = "max_concurrency") -> int | None:
@@ -313,7 +337,7 @@ class Model(ABC):
             )
             gate = self._gate = Gate([endpoint])
         limit = gate.endpoints[0].limit
-        want = self.max_concurrency
+        want = effective_cap(self)
         if (want if want is not None else DEFAULT_CAP) != limit.cap:
             limit.set_cap(want)
         return gate

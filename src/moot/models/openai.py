@@ -67,6 +67,7 @@ from .base import (
     Sample,
     Usage,
     check_allow_model_requests,
+    effective_cap,
     spec_cap,
     split_spec_options,
 )
@@ -242,9 +243,10 @@ class OpenAIModel(SDKModel):
         """None on the lean stack: its pool gates (and times) each endpoint's requests itself."""
         if self.http != "lean":
             return super().gate()
-        if self.max_concurrency != self._pool_cap:  # a cap set after construction (--model-concurrency)
-            self._pool_cap = self.max_concurrency
-            self.pool.set_cap(self.max_concurrency)
+        want = effective_cap(self)
+        if want != self._pool_cap:  # a cap set after construction (--model-concurrency)
+            self._pool_cap = want
+            self.pool.set_cap(want)
         return None
 
     def endpoint_stats(self) -> list[dict[str, object]]:

@@ -1,0 +1,68 @@
+"""``--model-concurrency N`` on every subcommand that calls a model, honoured against a real server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from limit_servers import LimitServer
+from moot import models
+from moot.cli import main
+from moot.models import base
+
+COMMANDS = ["run", "bench", "absa", "absa-eval", "arbitrate"]
+
+
+@pytest.fixture
+def allow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MOOT_OPENAI_STRUCTURED_MODE", "MOOT_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_model_command_takes_the_option(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # rich would cut long option names in a narrow terminal
+    assert main([command, "--help"]) == 0
+    assert "--model-concurrency" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_bad_value_is_a_usage_error(command: str) -> None:
+    assert main([command, "--model-concurrency", "0"]) == 2
+
+
+@pytest.mark.usefixtures("allow")
+def test_bench_honours_the_cap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with LimitServer("ok", latency=0.05) as server:
+        spec = f"openai:m?base_url={server.url}"
+        code = main(
+            ["bench", "--task", "arithmetic", "--methods", "single", "--n", "24", "--concurrency", "12"]
+            + ["--model", spec, "--model-concurrency", "3", "--out", str(tmp_path / "o"), "--no-store"]
+            + ["--no-plots"]
+        )
+        models._CACHE.pop(spec, None)
+    assert code == 0
+    assert server.served == 24 and server.peak == 3
+    err = capsys.readouterr().err
+    assert f"endpoint {server.url}: limit 3-3 (now 3), 24 sent, 0 answered 429/503, 0 timed out" in err
+
+
+@pytest.mark.usefixtures("allow")
+def test_run_input_honours_the_cap_and_the_next_command_does_not_keep_it(tmp_path: Path) -> None:
+    topics = tmp_path / "topics.jsonl"
+    topics.write_text("".join(json.dumps({"topic": f"Q{i}?"}) + "\n" for i in range(6)), encoding="utf-8")
+    with LimitServer("ok", latency=0.05) as server:
+        spec = f"openai:m?base_url={server.url}"
+        args = ["run", "--input", str(topics), "--concurrency", "6", "--model", spec, "--no-store"]
+        main([*args, "--output", str(tmp_path / "a.jsonl"), "--model-concurrency", "2"])
+        capped = server.peak
+        server.peak = 0
+        main([*args, "--output", str(tmp_path / "b.jsonl")])
+        models._CACHE.pop(spec, None)
+    assert capped == 2
+    assert server.peak > 2  # the cap lived only as long as its command
