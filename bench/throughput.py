@@ -94,7 +94,44 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 4096  # bursts of new connections must not overflow the listen backlog
 
 
-def _make_handler(latency: float) -> type[BaseHTTPRequestHandler]:
+_MAX_SAMPLES = 200_000
+# Shared with the parent: [first request, last answer (time.time()), served, 429s, samples, peak in flight]
+_S_FIRST, _S_LAST, _S_SERVED, _S_THROTTLED, _S_SAMPLES, _S_PEAK = range(6)
+
+
+class _Bucket:
+    """A token bucket of ``rate`` requests/s, ``rate`` deep (one second of burst), thread-safe."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.tokens = rate
+        self.stamp = time.monotonic()
+        self.lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+            if self.tokens < 1:
+                return False
+            self.tokens -= 1
+            return True
+
+
+def _make_handler(
+    latency: float, rate: float = 0.0, slots: int = 0, stats: Any = None, samples: Any = None
+) -> type[BaseHTTPRequestHandler]:
+    bucket = _Bucket(rate) if rate > 0 else None
+    gate = threading.Semaphore(slots) if slots > 0 else None
+    lock = threading.Lock()
+    in_flight = [0]
+
+    def note(index: int, value: float) -> None:
+        if stats is not None:
+            with lock:
+                stats[index] += value
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive
         wbufsize = 1 << 16  # headers and body leave in one send (flushed after each request)
@@ -117,7 +154,34 @@ def _make_handler(latency: float) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 return
             body = json.loads(self.rfile.read(length) or b"{}")
-            time.sleep(latency)
+            arrived = time.time()
+            if stats is not None:
+                with lock:
+                    if stats[_S_FIRST] == 0:
+                        stats[_S_FIRST] = arrived
+            if bucket is not None and not bucket.take():
+                note(_S_THROTTLED, 1)
+                payload = b'{"error": {"message": "rate limited", "type": "rate_limit"}}'
+                self.send_response(429)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            with lock:
+                in_flight[0] += 1
+                if stats is not None:
+                    stats[_S_PEAK] = max(stats[_S_PEAK], in_flight[0])
+            try:
+                if gate is not None:
+                    with gate:  # a server with `slots` sequences at once: the rest queue here
+                        time.sleep(latency)
+                else:
+                    time.sleep(latency)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
             messages = body.get("messages") or [{"content": ""}]
             match = _EXPR.search(str(messages[0].get("content", "")))
             if match:
@@ -153,12 +217,30 @@ def _make_handler(latency: float) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
+            if stats is not None:
+                done = time.time()
+                with lock:
+                    stats[_S_LAST] = max(stats[_S_LAST], done)
+                    stats[_S_SERVED] += 1
+                    k = int(stats[_S_SAMPLES])
+                    if samples is not None and k < _MAX_SAMPLES:
+                        samples[k] = done - arrived
+                        stats[_S_SAMPLES] = k + 1
 
     return Handler
 
 
-def _serve(port_queue: Any, stop: Any, latency: float, timeout: float) -> None:
-    server = _Server(("127.0.0.1", 0), _make_handler(latency))
+def _serve(
+    port_queue: Any,
+    stop: Any,
+    latency: float,
+    timeout: float,
+    rate: float = 0.0,
+    slots: int = 0,
+    stats: Any = None,
+    samples: Any = None,
+) -> None:
+    server = _Server(("127.0.0.1", 0), _make_handler(latency, rate, slots, stats, samples))
     port_queue.put(server.server_address[1])
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
@@ -168,13 +250,40 @@ def _serve(port_queue: Any, stop: Any, latency: float, timeout: float) -> None:
 
 
 class FakeServer:
-    """The fake OpenAI-compatible server in a child process (so it does not share our GIL)."""
+    """The fake OpenAI-compatible server in a child process (so it does not share our GIL).
 
-    def __init__(self, latency: float, timeout: float) -> None:
+    ``rate``: a token bucket of that many requests/s, 429 with ``Retry-After: 1`` beyond it;
+    ``slots``: at most that many requests in their latency at once, the others queue (a GPU
+    server's batch). :meth:`stats` reads what it saw: the span from the first request to the
+    last answer, answers, 429s, the peak in flight and each answer's time in the server.
+    """
+
+    def __init__(self, latency: float, timeout: float, rate: float = 0.0, slots: int = 0) -> None:
         ctx = mp.get_context("spawn")
         self._ports = ctx.Queue()
         self._stop = ctx.Event()
-        self._proc = ctx.Process(target=_serve, args=(self._ports, self._stop, latency, timeout), daemon=True)
+        self._stats = ctx.Array("d", 6, lock=False)
+        self._samples = ctx.Array("d", _MAX_SAMPLES, lock=False)
+        self._proc = ctx.Process(
+            target=_serve,
+            args=(self._ports, self._stop, latency, timeout, rate, slots, self._stats, self._samples),
+            daemon=True,
+        )
+
+    def stats(self) -> dict[str, Any]:
+        """What the server saw so far (see the class)."""
+        st = list(self._stats)
+        n = int(st[_S_SAMPLES])
+        times = sorted(self._samples[:n])
+        late = sorted(self._samples[n // 2 : n])  # the second half: after the first burst settled
+        return {
+            "span_s": max(0.0, st[_S_LAST] - st[_S_FIRST]),
+            "served": int(st[_S_SERVED]),
+            "throttled": int(st[_S_THROTTLED]),
+            "peak_in_flight": int(st[_S_PEAK]),
+            "median_server_s": times[n // 2] if n else float("nan"),
+            "median_server_s_late": late[len(late) // 2] if late else float("nan"),
+        }
 
     def __enter__(self) -> str:
         self._proc.start()
@@ -390,7 +499,117 @@ async def _harness_run(
     }
 
 
-CLIENTS = ("inproc", "raw", "openai", "openai-n", "openai-sdk", "openai-sdk-aiohttp", "langgraph-sdk")
+def _moot_cli_run(base_url: str, items: int, concurrency: int, method: str, tmp: Path) -> dict[str, Any]:
+    """``moot bench`` as a user types it: a subprocess, defaults, only ``--concurrency`` set.
+
+    The run records itself as usual (its store in ``tmp``); no plots (they are drawn after the
+    run, outside what is measured, and need matplotlib).
+    """
+    import resource
+    import subprocess
+
+    out = tmp / "moot-out"
+    cmd = [
+        sys.executable, "-m", "moot", "bench", "--task", "arithmetic", "--methods", method,
+        "--n", str(items), "--concurrency", str(concurrency), "--model", f"openai:fake?base_url={base_url}",
+        "--out", str(out), "--store", str(tmp / "runs.db"), "--no-plots",
+    ]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    results = out / "results.jsonl"
+    records = (
+        [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+        if results.exists()
+        else []
+    )
+    calls = sum(int(r.get("calls", 0)) for r in records)
+    limits = re.findall(r"endpoint \S+: limit (\d+)-(\d+) \(now (\d+)\)", proc.stderr)
+    return {
+        "items": len(records),
+        "failures": items - len(records),
+        "accuracy": sum(bool(r.get("correct")) for r in records) / max(1, len(records)),
+        "calls": calls,
+        "wall_s": wall,
+        "client_cpu_s": cpu,
+        "cpu_ms_per_call": 1000 * cpu / max(1, calls),
+        "exit_code": proc.returncode,
+        "limit_range": [int(x) for x in limits[0]] if limits else None,
+        "stderr_tail": proc.stderr[-600:] if proc.returncode else "",
+    }
+
+
+def _peers(replies: list[str], i: int) -> str:
+    return "\n\n".join(replies[j] for j in range(len(replies)) if j != i)
+
+
+async def _aiohttp_run(base_url: str, items: int, concurrency: int) -> dict[str, Any]:
+    """The minimal client: one aiohttp session, the society's call pattern, no framework at all."""
+    import aiohttp
+
+    from moot.bench.tasks import ArithmeticTask
+
+    task = ArithmeticTask()
+    url = base_url + "/chat/completions"
+    calls = [0]
+    debate = task.debate_prompt(task.items(1, 0)[0], [])
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+    async def complete(messages: list[dict[str, str]]) -> str:
+        calls[0] += 1
+        async with session.post(url, json={"model": "fake", "messages": messages, "max_tokens": 64}) as r:
+            data = await r.json()
+        return str(data["choices"][0]["message"]["content"])
+
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(prompt: str) -> int:
+        async with gate:
+            r0 = await asyncio.gather(*(complete([{"role": "user", "content": prompt}]) for _ in range(3)))
+            r1 = await asyncio.gather(
+                *(
+                    complete([
+                        {"role": "user", "content": prompt},
+                        {"role": "assistant", "content": r0[i]},
+                        {"role": "user", "content": debate + "\n\n" + _peers(r0, i)},
+                    ])
+                    for i in range(3)
+                )
+            )  # fmt: skip
+            return len(r1)
+
+    prompts = [item.prompt for item in task.items(items, 0)]
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    done = await asyncio.gather(*(one(p) for p in prompts), return_exceptions=True)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    await session.close()
+    return {
+        "items": sum(1 for d in done if d == 3),
+        "failures": sum(1 for d in done if d != 3),
+        "accuracy": float("nan"),
+        "calls": calls[0],
+        "wall_s": wall,
+        "client_cpu_s": cpu,
+        "cpu_ms_per_call": 1000 * cpu / max(1, calls[0]),
+    }
+
+
+CLIENTS = (
+    "moot",
+    "aiohttp",
+    "inproc",
+    "raw",
+    "openai",
+    "openai-n",
+    "openai-sdk",
+    "openai-sdk-aiohttp",
+    "langgraph-sdk",
+)
+USER_CLIENTS = "moot,langgraph-sdk,aiohttp"
+"""The default: what a user runs, its LangGraph peer and the minimal client, in one run."""
 _STACKS = {"openai": "lean", "openai-n": "lean", "openai-sdk": "sdk", "openai-sdk-aiohttp": "sdk-aiohttp"}
 
 
@@ -432,6 +651,8 @@ def _critical_calls(method: str) -> int:
     """Sequential model calls on one item's critical path: rounds for society:A:R, stages for a preset."""
     if method.startswith("society:"):
         return int(method.split(":")[2])
+    if method == "single" or method.startswith("vote:"):
+        return 1
     from moot import load_protocol
 
     p = load_protocol(method)
@@ -442,6 +663,10 @@ def _critical_calls(method: str) -> int:
 def _run_client(
     client: str, latency: float, base_url: str, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
+    if client == "moot":
+        return _moot_cli_run(base_url, args.items, args.concurrency, args.method, tmp)
+    if client == "aiohttp":
+        return asyncio.run(_aiohttp_run(base_url, args.items, args.concurrency))
     if client == "langgraph-sdk":
         return asyncio.run(_langgraph_run(base_url, args.items, args.concurrency))
     if client == "inproc":
@@ -456,6 +681,8 @@ def _run_client(
 def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     clients = list(CLIENTS) if args.client == "all" else args.client.split(",")
+    if args.rate or args.slots:
+        clients = [c for c in clients if c == "moot"] or ["moot"]  # the scenarios are about moot's limits
     modes = args.trace.split(",")
     with contextlib.ExitStack() as stack:
         if "on" in modes:
@@ -471,9 +698,14 @@ def _http_rows(
         ideal = args.concurrency / (_critical_calls(args.method) * latency)
         for client, trace in ((c, t) for c in clients for t in modes):
             _tracing(trace == "on")
-            with FakeServer(latency, args.server_timeout) as base_url, tempfile.TemporaryDirectory() as tmp:
+            server = FakeServer(latency, args.server_timeout, rate=args.rate, slots=args.slots)
+            with server as base_url, tempfile.TemporaryDirectory() as tmp:
                 result = _run_client(client, latency, base_url, args, Path(tmp))
-            items_per_s = result["items"] / result["wall_s"]
+                seen = server.stats()
+            result |= seen
+            # Timed as the server saw it (first request to last answer): a process's start-up is not
+            # throughput, and every client is timed the same way.
+            items_per_s = result["items"] / (seen["span_s"] or result["wall_s"])
             row = {
                 "client": client,
                 "method": args.method,
@@ -484,9 +716,14 @@ def _http_rows(
                 "items_per_s": items_per_s,
                 "ratio_to_ideal": items_per_s / ideal,
                 "load_avg": os.getloadavg(),
+                "rate": args.rate,
+                "slots": args.slots,
                 **result,
             }
             rows.append(row)
+            if args.rate or args.slots:
+                _print_scenario(args, latency, result)
+                continue
             print(
                 f"[http] client={client:18s} trace={trace:3s} latency={latency:.3f}s items={result['items']} "
                 f"failures={result['failures']} accuracy={result['accuracy']:.3f} "
@@ -496,6 +733,35 @@ def _http_rows(
                 flush=True,
             )
     return rows
+
+
+def _print_scenario(args: argparse.Namespace, latency: float, r: dict[str, Any]) -> None:
+    """The rate-limited or fixed-capacity scenario's figures against its targets."""
+    scored = r["items"] == args.items
+    if args.rate:
+        minimum = r["served"] / args.rate  # the bucket's minimum for the requests served
+        print(
+            f"[rate] {args.rate:g} req/s latency={latency:g}s units scored={r['items']}/{args.items} "
+            f"exit={r.get('exit_code')} span={r['span_s']:.2f}s wall={r['wall_s']:.2f}s "
+            f"minimum={minimum:.2f}s ratio={r['span_s'] / minimum:.3f} (target <= 1.25) "
+            f"served={r['served']} 429s={r['throttled']} "
+            f"({r['throttled'] / max(1, r['served']):.1%} of served, "
+            f"target <= 25%) limit range={r.get('limit_range')} all scored={scored} "
+            f"load={os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+    else:
+        print(
+            f"[capacity] slots={args.slots} latency={latency:g}s units scored={r['items']}/{args.items} "
+            f"exit={r.get('exit_code')} limit low-high-now={r.get('limit_range')} "
+            f"(target: settles <= {2 * args.slots}) median time in server={r['median_server_s']:.3f}s "
+            f"= {r['median_server_s'] / latency:.2f}x floor, second half "
+            f"{r['median_server_s_late'] / latency:.2f}x (target <= 1.5) "
+            f"peak in flight at server={r['peak_in_flight']} load={os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+    if r.get("stderr_tail"):
+        print(r["stderr_tail"], flush=True)
 
 
 from throughput_local import local_part  # noqa: E402 - the sibling script
@@ -511,7 +777,15 @@ def main(argv: list[str] | None = None) -> int:
         "--latency", default="0.2", help="seconds per fake call; a comma-separated list sweeps them"
     )
     parser.add_argument(
-        "--client", default="all", help=f"all, or a comma-separated subset of {', '.join(CLIENTS)}"
+        "--client",
+        default=USER_CLIENTS,
+        help=f"all, or a comma-separated subset of {', '.join(CLIENTS)} (default: {USER_CLIENTS})",
+    )
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="the server allows this many requests/s (429 beyond)"
+    )
+    parser.add_argument(
+        "--slots", type=int, default=0, help="the server serves this many at once, the rest queue"
     )
     parser.add_argument(
         "--server-timeout", type=float, default=600, help="the server stops itself after this"

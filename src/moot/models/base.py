@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import urllib.parse
+import weakref
 from abc import ABC, abstractmethod
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -312,6 +314,7 @@ class Model(ABC):
 
     def __init__(self) -> None:
         self._gate: Gate | None = None
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Gate] = weakref.WeakKeyDictionary()
 
     @abstractmethod
     async def request(self, request: ModelRequest) -> ModelResponse:
@@ -322,20 +325,26 @@ class Model(ABC):
         """
 
     def gate(self) -> Gate | None:
-        """The concurrency gate :func:`~moot.models.call_model` holds a request through.
+        """The concurrency gate of the running event loop that :func:`~moot.models.call_model` uses.
 
         One endpoint named after the model, its limit capped by ``max_concurrency`` (read
-        again on every call, so a cap set after construction applies). A backend that routes
-        over endpoints of its own (the ``openai:`` lean stack) returns None and gates each
-        endpoint itself.
+        again on every call, so a cap set after construction applies). One gate per event
+        loop, as asyncio objects belong to one loop (``run_sync`` uses a fresh loop per call;
+        threads each run their own). A backend that routes over endpoints of its own (the
+        ``openai:`` lean stack) returns None and gates each endpoint itself.
         """
-        gate = getattr(self, "_gate", None)  # a subclass may not call super().__init__()
+        loop = asyncio.get_running_loop()
+        gates = self.__dict__.get("_gates")  # a subclass may not call super().__init__()
+        if gates is None:
+            gates = self._gates = weakref.WeakKeyDictionary()
+        gate = gates.get(loop)
         if gate is None:
             window = min(10.0, self.request_timeout or 10.0)
             endpoint = Endpoint(
-                self.name, self.max_concurrency, adaptive=self.adaptive_concurrency, window=window
+                self.name, effective_cap(self), adaptive=self.adaptive_concurrency, window=window
             )
-            gate = self._gate = Gate([endpoint])
+            gate = gates[loop] = Gate([endpoint])
+        self._gate = gate  # the latest, for endpoint_stats()
         limit = gate.endpoints[0].limit
         want = effective_cap(self)
         if (want if want is not None else DEFAULT_CAP) != limit.cap:

@@ -27,7 +27,8 @@ concurrency-limits library:
   between the two thresholds for 4 windows, the limit is halved once to re-measure the
   floor (it may have been measured while a first burst queued).
 * **Drops.** A time-out halves the limit, a 429 or 503 multiplies it by 0.75 (the
-  endpoint's pause does the rest); never below 1.
+  endpoint's pause does the rest) and each further 429/503 of the same burst takes 1 more
+  off; never below 1.
 * **Growth.** While the last window stayed within ``grow_below`` (1.25) times the floor,
   each answer to a request sent with the limit at least half in use adds ``1/sqrt(limit)``:
   about ``sqrt(limit)`` per round trip, up to the cap.
@@ -190,13 +191,20 @@ class AdaptiveLimit:
         if len(self._window) >= min(_MAX_WINDOW, max(_MIN_WINDOW, self.allowed)):
             self._close_window()
 
-    def dropped(self, epoch: int, factor: float = 0.5) -> None:
-        """A 429/503/time-out for a request sent at ``epoch``: multiply by ``factor``, once per epoch."""
+    def dropped(self, epoch: int, factor: float = 0.5, *, step: bool = False) -> None:
+        """A 429/503/time-out for a request sent at ``epoch``: multiply by ``factor``, once per epoch.
+
+        With ``step`` (a 429/503), each further drop of the same burst takes 1 more off: 50
+        of 100 requests refused leave about ``100 * 0.75 - 49``, near what the server took.
+        """
         if not self.adaptive:
             return
         if self.slow_start:
             self.slow_start = False
         elif epoch != self.epoch:
+            if step and epoch == self.epoch - 1 and self.limit > 1:
+                self.limit -= 1
+                self.low = self.allowed if self.low is None else min(self.low, self.allowed)
             return
         self._cut(factor)
 
@@ -368,7 +376,7 @@ class Endpoint:
             self._open_count = 0
         if outcome is Outcome.THROTTLE:
             self.throttled += 1
-            self.limit.dropped(ticket.epoch, THROTTLE_CUT)
+            self.limit.dropped(ticket.epoch, THROTTLE_CUT, step=True)
             if ticket.sent_at <= self._paused_at:
                 return  # sent before the current pause began: that pause already answers it
             self._throttle_run += 1

@@ -32,8 +32,10 @@ a re-send after a refused connection is not (nothing reached that server).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -96,7 +98,7 @@ class Replica:
     url: str
     """The ``/chat/completions`` URL."""
     endpoint: Endpoint
-    """Its adaptive limit, pause and circuit breaker."""
+    """Its adaptive limit, pause and circuit breaker (of the event loop that used it last)."""
     failures: int = 0
     """Consecutive refusals; sets the backoff."""
     down_until: float = 0.0
@@ -139,27 +141,48 @@ class ReplicaPool:
     ) -> None:
         if max_per_replica is not None and max_per_replica < 1:
             raise UsageError(f"max_per_replica must be at least 1, got {max_per_replica}")
+        self._window = window
+        self._clock = clock
         self.replicas = [
-            Replica(
-                u, join_path(u, path), Endpoint(redact.url(u), max_per_replica, window=window, clock=clock)
-            )
-            for u in base_urls
+            Replica(u, join_path(u, path), self._endpoint(u, max_per_replica)) for u in base_urls
         ]
+        self._cap: int | None = max_per_replica
         self._by_endpoint = {r.endpoint: r for r in self.replicas}
         self.gate = Gate([r.endpoint for r in self.replicas])
-        """Hands out requests over the endpoints, each within its limit."""
+        """The gate of the event loop that sent the last request (each loop has its own)."""
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Gate] = weakref.WeakKeyDictionary()
         self.max_per_replica = max_per_replica
         self.backoff = backoff
         self.max_backoff = max_backoff
-        self._clock = clock
+
+    def _endpoint(self, base_url: str, cap: int | None) -> Endpoint:
+        return Endpoint(redact.url(base_url), cap, window=self._window, clock=self._clock)
+
+    def _loop_gate(self) -> Gate:
+        """The running loop's gate (asyncio objects belong to one loop; threads each run their own)."""
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            if not self._gates and not any(r.endpoint.sent_total for r in self.replicas):
+                gate = self.gate  # the first loop takes the gate built with the pool
+            else:
+                gate = Gate([self._endpoint(r.base_url, self._cap) for r in self.replicas])
+            self._gates[loop] = gate
+            self._by_endpoint.update({ep: r for ep, r in zip(gate.endpoints, self.replicas, strict=True)})
+        if gate is not self.gate or self.replicas[0].endpoint is not gate.endpoints[0]:
+            self.gate = gate
+            for ep, r in zip(gate.endpoints, self.replicas, strict=True):
+                r.endpoint = ep
+        return gate
 
     def set_cap(self, cap: int | None) -> None:
         """Cap every endpoint's limit at ``cap`` (and ``max_per_replica``; None: no cap of its own)."""
         caps = [c for c in (cap, self.max_per_replica) if c is not None]
-        want = min(caps) if caps else None
-        for r in self.replicas:
-            if r.endpoint.limit.cap != (want if want is not None else DEFAULT_CAP):
-                r.endpoint.limit.set_cap(want)
+        want = self._cap = min(caps) if caps else None
+        for gate in [self.gate, *self._gates.values()]:
+            for ep in gate.endpoints:
+                if ep.limit.cap != (want if want is not None else DEFAULT_CAP):
+                    ep.limit.set_cap(want)
 
     def _mark_down(self, replica: Replica) -> None:
         delay = min(self.backoff * (2**replica.failures), self.max_backoff)
@@ -174,12 +197,12 @@ class ReplicaPool:
             return tried | resting
         return tried
 
-    async def _take(self, tried: set[Endpoint]) -> Ticket:
+    async def _take(self, gate: Gate, tried: set[Endpoint]) -> Ticket:
         exclude = self._exclude(tried)
-        ticket = self.gate.try_acquire(exclude)
+        ticket = gate.try_acquire(exclude)
         if ticket is None:
             waited = time.perf_counter()
-            ticket = await self.gate.acquire(exclude)
+            ticket = await gate.acquire(exclude)
             stats = _CURRENT_STATS.get()
             if stats is not None:
                 stats.queue_s += time.perf_counter() - waited
@@ -193,6 +216,7 @@ class ReplicaPool:
                 is True when none of them received it), or a replica timed out.
             EndpointDown: every endpoint's circuit is open.
         """
+        gate = self._loop_gate()
         tried: set[Endpoint] = set()
         reached = False  # some replica received this request
         resend_counts = False  # the previous attempt reached a server that may have logged it
@@ -202,7 +226,7 @@ class ReplicaPool:
                 assert last is not None
                 n = len(self.replicas)
                 raise TransportError(f"all {n} endpoint(s) failed; last: {last}", connect=not reached)
-            ticket = await self._take(tried)
+            ticket = await self._take(gate, tried)
             replica = self._by_endpoint[ticket.endpoint]
             if resend_counts:
                 note_extra_request()
@@ -225,7 +249,7 @@ class ReplicaPool:
                 last = err
                 continue
             finally:
-                self.gate.release(ticket, outcome, retry_after)
+                gate.release(ticket, outcome, retry_after)
             replica.failures = 0
             return raw
 
