@@ -2,11 +2,31 @@
 
 Part 1, orchestration: an OpenAI-compatible fake server (``http.server``, in its
 own process, on 127.0.0.1) answers every chat completion after a fixed
-artificial latency. ``moot.bench.run_bench`` runs ``--items`` ``society:3:2``
-items at ``--concurrency`` (results written as JSON lines, as in a real run).
-Ideal throughput is ``concurrency / critical path`` with a critical path of 2
-sequential calls (the two rounds), i.e. ``concurrency / (2 * latency)``
-items/s. Three clients are measured:
+artificial latency. Each client runs ``--items`` ``society:3:2`` items at
+``--concurrency``. Ideal throughput is ``concurrency / critical path`` with a
+critical path of 2 sequential calls (the two rounds), i.e.
+``concurrency / (2 * latency)`` items/s. Every client is timed as the server saw
+it, from the first request to the last answer (a process's start-up is not
+throughput), and the wall time is printed beside it.
+
+By default (``--client moot,langgraph-sdk,aiohttp``) the run measures what users run:
+
+* ``moot``: the ``moot bench`` command in a subprocess, at its defaults, only
+  ``--concurrency`` given (``--model openai:fake?base_url=...``, its own run store,
+  ``--no-plots``); its concurrency per endpoint is the adaptive limit
+  (``moot.models.limits``); its CPU per call includes the process start-up;
+* ``langgraph-sdk`` (below), its peer;
+* ``aiohttp``: the minimal client: one aiohttp session, the same call pattern
+  (three calls, then three more with the peers' replies), no framework.
+
+Two scenarios exercise the limit (``moot`` only): ``--rate R`` puts a token bucket
+of R requests/s in front of the server (429 with ``Retry-After: 1`` beyond it;
+``--method single --items 500``: every unit scored, exit 0, time within 1.25x of
+``served / R``, 429s at most 25% of the requests served); ``--slots N`` lets the
+server work on N requests at once and queue the rest (the limit should settle
+within 2N, the time a request spends in the server within 1.5x the latency).
+
+The in-process clients (``--client all``) measure the harness itself:
 
 * ``inproc``: no HTTP at all, a test double that sleeps the latency (the
   harness's own overhead, nothing else);
