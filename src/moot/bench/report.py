@@ -489,10 +489,13 @@ def rich_table(report: Report) -> Any:
     from rich.table import Table
 
     table = Table(title=f"moot bench {report.config.task} · {report.config.model} · n={report.n_items}")
+    # The fell-back count matters when a unit fell back; a column of zeros would only push the
+    # accuracy out of a narrow terminal (report.md keeps it either way).
+    fell_back = any(m.fell_back for m in report.methods)
     headers = (
         "method",
         "n",
-        "fell back",
+        *(("fell back",) if fell_back else ()),
         "accuracy [95% CI]",
         "round-0",
         "parse fail",
@@ -507,7 +510,7 @@ def rich_table(report: Report) -> Any:
         table.add_row(
             m.method,
             str(m.n),
-            str(m.fell_back),
+            *((str(m.fell_back),) if fell_back else ()),
             f"{_rate(m, m.accuracy)} {_interval(m)}",
             _rate(m, m.round0_accuracy),
             f"{m.parse_failures} ({_rate(m, m.parse_failure_rate)})",
@@ -517,5 +520,8 @@ def rich_table(report: Report) -> Any:
             _num(m.per_item(m.wall_s), 2) if not math.isnan(m.wall_s) else "n/a",
         )
     for name, rate in report.baselines:
-        table.add_row(f"baseline: {name.replace('`', '')}", str(report.n_items), "", _pct(rate), *[""] * 6)
+        blank = ("",) if fell_back else ()
+        table.add_row(
+            f"baseline: {name.replace('`', '')}", str(report.n_items), *blank, _pct(rate), *[""] * 6
+        )
     return table
