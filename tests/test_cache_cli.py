@@ -87,11 +87,9 @@ def test_moot_bench_twice_with_cache_serves_nothing_and_gives_the_same_units(
     assert len(first) == 60 and first == second
     # Served from the cache is neither a call nor a saved call, and the report says which it was.
     rows = [json.loads(line) for line in (tmp_path / "b" / "results.jsonl").read_text().splitlines()]
-    firsts = [json.loads(line) for line in (tmp_path / "a" / "results.jsonl").read_text().splitlines()]
-    # Each unit counts what it used (a shared round-0 sample in every unit that uses it), served or cached.
-    assert sum(r["calls"] for r in rows) == 0 and sum(r["cached"] for r in rows) == sum(
-        r["calls"] for r in firsts
-    )
+    # No unit counts a model call; each counts the replies it took from the cache (a shared round-0
+    # sample in each unit that uses it).
+    assert sum(r["calls"] for r in rows) == 0 and all(r["cached"] > 0 for r in rows)
     report = (tmp_path / "b" / "report.md").read_text()
     assert "calls saved" not in report and f"{served} replies served from the response cache" not in report
     assert "replies served from the response cache (0 calls served by the model)" in report
