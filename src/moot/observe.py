@@ -53,8 +53,9 @@ Every event is a pydantic model with a ``kind`` string field and a ``time`` (Uni
 
 - a debate's :class:`moot.transcript.Event` (``debate_started``, ``turn_started``,
   ``turn_completed``, ``judge_completed``, ``round_completed``, ``retry``, ``error``,
-  ``debate_completed``; see :data:`moot.transcript.EventKind`). A turn's ``turn`` carries the
-  messages its model was sent (:attr:`moot.transcript.Turn.sent`);
+  ``debate_completed``, and ``model_request`` once per request a turn sent, with its
+  :class:`~moot.transcript.RequestRecord`; see :data:`moot.transcript.EventKind`). A turn's
+  ``turn`` carries the messages its model was sent (:attr:`moot.transcript.Turn.sent`);
 - an ABSA pipeline's ``StageEvent`` (``step_started``, ``step_completed``, ``stage_output``;
   :class:`moot.absa.schemas.StageEvent`);
 - a :class:`PipelineEvent` for the work around debates: benchmark units, ABSA batch sentences,
