@@ -52,7 +52,9 @@ class ItemRecord(BaseModel):
     rounds: list[list[AgentAnswer]] = Field(default_factory=list)
     """Every agent's answer at every round that ran (round 0 first)."""
     calls: int = 0
-    """Model calls actually made (requests a model served)."""
+    """Model calls actually made (requests a model served). A round-0 reply shared with another
+    method on the same item (:mod:`moot.bench.methods`) counts in each method that used it, so a
+    method's cost is what it would be alone."""
     cached: int = 0
     """Replies served from the response cache (``--cache``): no model call, never "saved"."""
     nominal_calls: int = 0
