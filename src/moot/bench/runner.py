@@ -59,7 +59,7 @@ import moot.redact as redact
 
 from ..deadline import Deadline, timeout_scope
 from ..errors import EndpointDown, ResourceError, RunError, UsageError, error_text
-from ..models.base import Model, Usage, model_info
+from ..models.base import Model, Usage, effective_cap, model_info
 from ..models.cache import open_cache, with_cache
 from ..models.retry import RetryPolicy
 from ..observe import PipelineEvent, RunHandle, RunStart, observed
@@ -530,7 +530,8 @@ async def run_bench(
         if model is not None:  # what compare shows when two runs differ only there
             recorded |= {
                 "endpoint": model_info(model).get("endpoint"),
-                "model_concurrency": model.max_concurrency,
+                # What limits it: --model-concurrency / ?max_concurrency=N, or the adaptive limit.
+                "model_concurrency": effective_cap(model) or "adaptive",
             }
         start = RunStart(
             kind="bench", title=bench_title(config), model=config.model, config=recorded, continues=continues
