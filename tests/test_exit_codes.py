@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from moot.cli import main
 from moot.errors import ModelConnectionError, ModelHTTPError
 from moot.models import ModelRequest
 from moot.models.testing import FunctionModel
+from moot.runs import RunStore
 from moot.transcript import DebateResult
 
 
@@ -76,6 +78,9 @@ def test_run_with_failed_turns_exits_1(capsys: pytest.CaptureFixture[str]) -> No
     assert main(argv) == 1
     res = DebateResult.model_validate_json(capsys.readouterr().out)
     assert res.fallback is None and res.failed_turns >= 2
+    # The stored status says the same as the exit code: degraded, not complete.
+    with RunStore(os.environ["MOOT_STORE"]) as store:
+        assert store.list()[0].status == "fell_back"
 
 
 def test_absa_unreachable_exits_1_with_the_result(capsys: pytest.CaptureFixture[str]) -> None:

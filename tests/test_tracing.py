@@ -74,7 +74,7 @@ def test_span_tree_per_preset(preset: str, spans: tuple[TracerProvider, InMemory
     assert root.parent is None and root.name == f"invoke_workflow {result.protocol}"
     attrs = root.attributes or {}
     assert attrs["gen_ai.conversation.id"] == result.id and attrs["gen_ai.workflow.name"] == preset
-    assert attrs["moot.status"] == ("fell_back" if result.fallback else "complete")
+    assert attrs["moot.status"] == ("fell_back" if result.degraded else "complete")
     if result.decision is not None and result.decision.label is not None:
         assert attrs["moot.decision.label"] == result.decision.label
     agents = {s.context.span_id: s for s in ops["invoke_agent"]}

@@ -356,7 +356,8 @@ class DebateRun:
                 error = f"cannot reach the model endpoint: {unreachable}"  # (which names its class)
                 self.observed.end("failed", self.result, error=error)
             else:
-                self.observed.end("fell_back" if self.result.fallback else "complete", self.result)
+                # A fallback or a failed turn: stored fell_back, as the CLI exits 1 (a degraded result).
+                self.observed.end("fell_back" if self.result.degraded else "complete", self.result)
         return self.result
 
     async def skip(self) -> DebateResult:

@@ -246,6 +246,14 @@ class DebateResult(BaseModel):
     cancelled_turns: int = 0
     """Turns cut short because the debate stopped while they were in flight."""
 
+    @property
+    def degraded(self) -> bool:
+        """The result is not a clean one: it fell back, or a turn failed (a skipped run never is).
+
+        The one rule behind a debate's exit code 1 and its stored status ``fell_back``.
+        """
+        return not self.skipped and (self.fallback is not None or self.failed_turns > 0)
+
     def record_json(self) -> str:
         """This result as JSON with each turn's :attr:`Turn.sent` messages (the stored record)."""
         data = self.model_dump(mode="json")

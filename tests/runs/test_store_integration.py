@@ -19,7 +19,7 @@ def test_a_debate_on_the_embedded_model_is_recorded_and_viewable(capsys: pytest.
     printed = DebateResult.model_validate_json(capsys.readouterr().out)
     with RunStore(os.environ["MOOT_STORE"], must_exist=True) as store:
         (run,) = store.list()
-        assert run.status == ("fell_back" if printed.fallback else "complete")
+        assert run.status == ("fell_back" if printed.degraded else "complete")
         assert load_result(store, run.id) == printed
         assert run.config["models"]["affirmative"]["spec"] == "local" and run.config["prompts_sha256"]
         assert run.usage.calls == printed.usage.calls > 0

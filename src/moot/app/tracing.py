@@ -442,7 +442,7 @@ class DebateTracer:
         root.add_event("gen_ai.evaluation.result", attrs, _ns(at))
 
     def _outcome(self, result: DebateResult) -> dict[str, Any]:
-        status = "skipped" if result.skipped else "fell_back" if result.fallback else "complete"
+        status = "skipped" if result.skipped else "fell_back" if result.degraded else "complete"
         attrs: dict[str, Any] = {
             "gen_ai.workflow.name": result.protocol,
             "moot.status": status,

@@ -60,9 +60,7 @@ def _code(degraded: bool) -> int:
 
 def degraded_debate(result: DebateResult) -> bool:
     """A debate fell back, or at least one of its calls failed (a skipped debate is complete)."""
-    if result.skipped:
-        return False
-    return result.fallback is not None or result.failed_turns > 0
+    return result.degraded
 
 
 def for_debate(result: DebateResult) -> int:

@@ -4,7 +4,7 @@ Every CLI command wraps its work in :func:`recording`::
 
     with recording("run", title=topic, model=spec, config=cfg, store=store) as rec:
         result = debate.run_sync(topic, on_event=rec.on_event)
-        rec.finish(result, status="fell_back" if result.fallback else "complete")
+        rec.finish(result, status="fell_back" if result.degraded else "complete")
 
 The run row is created on entry (status ``running``), each event and item is
 committed as it arrives, and the exit sets the end status: ``complete`` unless
