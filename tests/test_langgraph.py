@@ -531,12 +531,21 @@ def test_node_keeps_the_state_answer_at_the_deadline() -> None:
 
 
 # -- human review -----------------------------------------------------------------------------------
-def test_node_human_review_pauses_once_and_records_the_decision() -> None:
+def stored_review(path: Path, run_id: str) -> tuple[Any, list[Any]]:
+    """The stored run of a reviewed debate, and its ``human_review`` events."""
+    from moot.runs import RunStore
+
+    with RunStore(path) as store:
+        assert [r.id for r in store.list()] == [run_id]  # the review reopened the debate's run
+        return store.get(run_id), [e for e in store.events(run_id) if e.kind == "human_review"]
+
+
+def test_node_human_review_pauses_once_and_records_the_decision(tmp_path: Path) -> None:
     from langgraph.checkpoint.memory import MemorySaver
     from langgraph.types import Command
 
     model = ScriptedModel(answer_script())
-    graph = answer_pipeline_review(model, MemorySaver(), "always")
+    graph = answer_pipeline_review(model, MemorySaver(), "always", store=tmp_path / "runs.db")
     config = {"configurable": {"thread_id": "r"}}
     paused = run_graph_config(graph, {"query": "Q?", "answer": "from compose"}, config)
     (pending,) = paused["__interrupt__"]
@@ -552,6 +561,11 @@ def test_node_human_review_pauses_once_and_records_the_decision() -> None:
     assert state["answer"] == "Blue light scatters most."
     human = DebateResult.model_validate(state["debate"]).human_review
     assert human is not None and human.phase == "human" and human.get("note") == "checked"
+    # The stored run says what the graph went on with: the person's answer, and why they were asked.
+    stored, reviews = stored_review(tmp_path / "runs.db", state["debate"]["id"])
+    assert stored.status == "complete" and stored.result["final_answer"] == "Blue light scatters most."
+    assert stored.result["human_review"]["content"]["note"] == "checked"
+    assert [e.data["decision"]["answer"] for e in reviews] == ["Blue light scatters most."]
 
 
 def test_node_split_review_skips_a_clear_decision_and_needs_a_checkpointer() -> None:
@@ -571,14 +585,16 @@ def test_node_split_review_skips_a_clear_decision_and_needs_a_checkpointer() -> 
         debate_node("answer", model=model, human_review="sometimes")  # type: ignore[arg-type]
 
 
-def test_subgraph_split_review_interrupts_an_uncertain_decision_and_resumes() -> None:
+def test_subgraph_split_review_interrupts_an_uncertain_decision_and_resumes(tmp_path: Path) -> None:
     from langgraph.checkpoint.memory import MemorySaver
     from langgraph.types import Command
 
     model = ScriptedModel(
         {"proponent": [arg("p", 0.5)] * 2, "opponent": [arg("o", 0.5)] * 2, "moderator": [mod(0.5)] * 2}
     )
-    graph = build_debate_graph("adversarial", model=model, checkpointer=MemorySaver(), human_review="split")
+    graph = build_debate_graph(
+        "adversarial", model=model, checkpointer=MemorySaver(), human_review="split", store=tmp_path / "r.db"
+    )
     config = {"configurable": {"thread_id": "g"}}
     paused = run_graph_config(graph, {"topic": "X."}, config)
     value = paused["__interrupt__"][0].value
@@ -594,9 +610,12 @@ def test_subgraph_split_review_interrupts_an_uncertain_decision_and_resumes() ->
         "answer": "SUPPORT",
     }
     assert len(model.requests) == 6
+    stored, reviews = stored_review(tmp_path / "r.db", result.id)
+    assert stored.status == "complete" and stored.result["final_answer"] == "SUPPORT"
+    assert [e.data["reason"] for e in reviews] == ["split decision (UNCERTAIN)"]
 
 
-def answer_pipeline_review(model: Any, checkpointer: Any, mode: str) -> Any:
+def answer_pipeline_review(model: Any, checkpointer: Any, mode: str, store: Any = None) -> Any:
     from langgraph.graph import END, START, StateGraph
 
     graph = StateGraph(Pipeline)
@@ -607,6 +626,7 @@ def answer_pipeline_review(model: Any, checkpointer: Any, mode: str) -> Any:
         initial_answer_key="answer",
         answer_key="answer",
         human_review=mode,
+        store=store,
     )  # type: ignore[arg-type]
     graph.add_node("debate", node)
     graph.add_edge(START, "debate")

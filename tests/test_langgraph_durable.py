@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ pytest.importorskip("langgraph.checkpoint.sqlite")
 from fault_server import Fate, FaultServer, schema_reply  # noqa: E402
 from moot import DebateResult  # noqa: E402
 from moot.integrations.langgraph import build_debate_graph  # noqa: E402
+from moot.runs import RunStore  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +97,7 @@ from moot.integrations.langgraph import build_debate_graph
 
 async def main():
     async with AsyncSqliteSaver.from_conn_string({db!r}) as saver:
-        graph = build_debate_graph("adversarial", model="openai:fake", checkpointer=saver)
+        graph = build_debate_graph("adversarial", model="openai:fake", checkpointer=saver, store=True)
         cfg = {{"configurable": {{"thread_id": "t"}}}}
         await graph.ainvoke({{"topic": "Remote work raises productivity."}}, cfg, durability="sync")
 
@@ -124,6 +126,7 @@ def test_a_subgraph_killed_after_its_first_round_resumes_and_sends_only_later_re
         )
         try:
             assert round2_started.wait(60), "the child never reached round 2"
+            _until_committed(Path(os.environ["MOOT_STORE"]), events=10)  # round 1 as a crash leaves it
         finally:
             child.kill()
             child.wait(10)
@@ -144,12 +147,41 @@ def test_a_subgraph_killed_after_its_first_round_resumes_and_sends_only_later_re
     assert [t.speaker for t in result.turns()] == ["proponent", "opponent", "moderator"] * 2
     assert result.usage.calls == 6
 
+    # The killed process and the resuming one recorded one run under the state's id: it ends
+    # complete with all six turns, not as a killed run plus an unrecorded resume.
+    with RunStore(os.environ["MOOT_STORE"]) as store:
+        runs = store.list(kind="run")
+        assert [r.id for r in runs] == [result.id]
+        stored = store.get(result.id)
+        events = store.events(result.id)
+    said = [
+        (e.data.get("round"), e.data.get("speaker"))
+        for e in events
+        if e.kind in ("turn_completed", "judge_completed")
+    ]
+    assert stored.status == "complete" and stored.usage.calls == 6
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # one sequence, nothing lost
+    assert said == [(r, s) for r in (1, 2) for s in ("proponent", "opponent", "moderator")]
+    assert [e.kind for e in events].count("debate_started") == 1
+
+
+def _until_committed(path: Path, events: int, timeout_s: float = 30.0) -> None:
+    """Wait until the child's writer thread committed ``events`` events (it batches for ~10 ms)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            with RunStore(path) as store:
+                if any(store.counts(run.id)[0] >= events for run in store.list(kind="run")):
+                    return
+        time.sleep(0.05)
+    raise AssertionError(f"the child never committed {events} events to {path}")
+
 
 async def _resume(db: Path) -> DebateResult:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     async with AsyncSqliteSaver.from_conn_string(str(db)) as saver:
-        graph = build_debate_graph("adversarial", model="openai:fake", checkpointer=saver)
+        graph = build_debate_graph("adversarial", model="openai:fake", checkpointer=saver, store=True)
         config: Any = {"configurable": {"thread_id": "t"}}
         before = await graph.aget_state(config)
         assert before.next == ("proponent",) and len(before.values["turns"]) == 3

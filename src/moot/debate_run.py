@@ -20,6 +20,7 @@ without calling a model. :meth:`finish` then decides or falls back.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import logging
@@ -128,8 +129,13 @@ class DebateRun:
         """True when someone receives this run's events (an observer or the ``on_event`` callback)."""
         return self.on_event is not None or (self.observed is not None and self.observed.listened)
 
-    def observe(self) -> observe.RunHandle:
-        """Attach the run's observers now (once; :meth:`begin` and :meth:`skip` do it)."""
+    def observe(self, *, resumed: bool = False) -> observe.RunHandle:
+        """Attach the run's observers now (once; :meth:`begin` and :meth:`skip` do it).
+
+        The run is told to them by its own id. ``resumed``: this run goes on with a run begun
+        elsewhere under the same id (a LangGraph checkpoint resumed in another process), so a
+        recorder reopens that run instead of starting another.
+        """
         if self.observed is None:
             start = self.debate.run_start(
                 self.topic,
@@ -137,6 +143,7 @@ class DebateRun:
                 initial_answer=self.initial_answer,
                 debate_mode=self.debate_mode,
             )
+            start = dataclasses.replace(start, run_id=self.id, continues=self.id if resumed else None)
             self.observed = observe.open_run(start, **self.debate.observe_options)
         return self.observed
 

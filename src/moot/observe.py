@@ -124,7 +124,7 @@ __all__ = [
 EndStatus = Literal["complete", "fell_back", "skipped", "failed", "interrupted"]
 """How a run ended (see the module docstring)."""
 
-PipelineEventKind = Literal["bench_started", "unit_completed", "unit_failed", "progress"]
+PipelineEventKind = Literal["bench_started", "unit_completed", "unit_failed", "progress", "human_review"]
 """The kinds of :class:`PipelineEvent`:
 
 - ``bench_started``: a benchmark starts; ``data = {"total": units wanted, "done": units resumed}``.
@@ -138,6 +138,9 @@ PipelineEventKind = Literal["bench_started", "unit_completed", "unit_failed", "p
 - ``progress``: an arbitration step, seed 004's callback as data:
   ``data = {"stage", "status", "data", "latency_ms"}``; ``status`` is ``running``, ``progress``
   (``data = {"done", "total"}`` after each contradiction) or ``complete``.
+- ``human_review``: a person decided a debate's outcome after it ended (LangGraph's
+  ``human_review=``); the debate's run is reopened under its id, takes this event
+  (``data = {"reason", "decision"}``) and ends again with the reviewed result.
 """
 
 
@@ -170,7 +173,12 @@ class RunStart:
         config: everything needed to re-run it, JSON-serialisable (secret-looking keys are
             masked by whoever stores it).
         argv: the command line that started it (None: the process's ``sys.argv``).
-        continues: the id of a stored run this one continues (``moot bench --resume``), or None.
+        continues: the id of a stored run this one continues (``moot bench --resume``, or a
+            debate a LangGraph graph resumes in another process), or None.
+        run_id: the id the run gave itself (a debate's ``DebateResult.id``), or None. A recorder
+            names the stored run by it, so the id in a result, a LangGraph state and the store
+            is one id; a run that continues its own id (``continues == run_id``) is stored anew
+            when the store never saw it.
     """
 
     kind: str
@@ -179,6 +187,7 @@ class RunStart:
     config: Mapping[str, Any] = field(default_factory=dict)
     argv: Sequence[str] | None = None
     continues: str | None = None
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,7 @@ class StoreRecorder:
             config=start.config,
             argv=start.argv,
             continue_run=start.continues,
+            run_id=start.run_id,
         )
         if start.continues is not None and start.title:
             self.recording.update(title=start.title)  # a resume may have added methods or items

@@ -39,6 +39,7 @@ Protocols with many rounds on LangGraph releases older than 1.0 (default recursi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import time
 import typing
@@ -237,7 +238,8 @@ def debate_node(
             result = DebateResult.model_validate(await run())
         else:  # a task: when the graph resumes after the review, the debate is not run again
             result = DebateResult.model_validate(await run_once(f"{name}_run", run))
-            _lg_review.review(result, mode)
+            if _lg_review.review(result, mode):
+                _record_review(debate, result)
         update: dict[str, Any] = {output_key: result.model_dump(mode="json")}
         if answer_key:
             kept = _kept_because(result)
@@ -251,6 +253,22 @@ def debate_node(
 
     node.__name__ = node.__qualname__ = name
     return node
+
+
+def _record_review(debate: Debate, result: DebateResult) -> None:
+    """Tell the run's observers what the person decided, once they have.
+
+    The debate's run ended before the review (its node, or ``finalize``, finished it); it is
+    reopened under its id, takes a ``human_review`` event and ends again with the reviewed
+    result, so a stored run shows the answer the graph went on with, and who gave it.
+    """
+    start = dataclasses.replace(debate.run_start(result.topic), run_id=result.id, continues=result.id)
+    handle = observe.open_run(start, **debate.observe_options)
+    review = result.human_review
+    decision = dict(review.content or {}) if review is not None else {}
+    data = {"reason": decision.get("reason"), "decision": decision}
+    handle.emit(observe.PipelineEvent(kind="human_review", data=data))
+    handle.end("fell_back" if result.degraded else "complete", result)
 
 
 # -- build_debate_graph: state ----------------------------------------------------------------------
@@ -461,6 +479,9 @@ class _DebateNodes:
             elapsed_s=float(state.get("elapsed_s") or 0.0),
             started_at=float(info.get("started_at") or time.time()),
         )
+        # Observed from here on under the state's id: a recorder reopens the stored run (begun by
+        # another process, or by this one before a node failed) rather than losing the rest of it.
+        run.observe(resumed=True)
         live = _Live(run, skipped=skipped)
         live.published = {id(turn) for turn, _ in turns}
         return live
@@ -483,8 +504,9 @@ class _DebateNodes:
             live = self._live(state)
             try:
                 return await action(live, state)
-            except BaseException:
+            except BaseException as exc:
                 self.live.pop(state["run_id"], None)
+                live.run.fail(exc)  # the stored run says so; a rerun of the node reopens it
                 raise
 
         return node
@@ -522,6 +544,7 @@ class _DebateNodes:
         result = DebateResult.model_validate(state["result"])
         if not _lg_review.review(result, self.human_review):
             return {}
+        _record_review(self.debate, result)
         return {"result": result.model_dump(mode="json")}
 
     @property

@@ -273,13 +273,16 @@ def begin_recording(
     config: Mapping[str, Any] | None = None,
     argv: Sequence[str] | None = None,
     continue_run: str | None = None,
+    run_id: str | None = None,
 ) -> Recording:
     """Create the run row of ``kind`` in ``store`` (status ``running``), or reopen ``continue_run``.
 
-    The config gets the bundled prompts' hash; secret-looking keys and command-line option values
-    are masked. End it with :meth:`Recording.close`.
+    ``run_id`` names a new row (None: a new id). A run that continues its own id
+    (``continue_run == run_id``: a debate resumed from a LangGraph checkpoint) is created when
+    this store never saw it. The config gets the bundled prompts' hash; secret-looking keys and
+    command-line option values are masked. End it with :meth:`Recording.close`.
     """
-    if continue_run is not None:
+    if continue_run is not None and (continue_run != run_id or store.exists(continue_run)):
         rec = Recording(store, continue_run)
         rec._seq = store.reopen(continue_run)
         return rec
@@ -294,6 +297,7 @@ def begin_recording(
         argv=redact_argv(list(sys.argv if argv is None else argv)),
         config=text,
         moot_version=_version(),
+        run_id=run_id,
     )
     return Recording(store, run_id)
 

@@ -350,9 +350,13 @@ class RunStore:
         argv: Sequence[str] = (),
         config: dict[str, Any] | str | None = None,
         moot_version: str = "",
+        run_id: str | None = None,
     ) -> str:
-        """Insert a ``running`` run and return its new id (``config``: a dict, or its JSON text)."""
-        run_id = new_id(32)
+        """Insert a ``running`` run and return its id (``config``: a dict, or its JSON text).
+
+        ``run_id`` names it (a debate's own id); None draws a new one.
+        """
+        run_id = run_id or new_id(32)
         self._write(
             "INSERT INTO runs (id, kind, status, title, model, started_at, host, pid, argv, config, "
             "moot_version) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -447,6 +451,10 @@ class RunStore:
             (_HOST, os.getpid(), run_id),
         )
         return self.counts(run_id)[0]
+
+    def exists(self, run_id: str) -> bool:
+        """True when a run with exactly this id is stored."""
+        return self._execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
 
     def item_keys(self, run_id: str) -> set[tuple[str, str]]:
         """``(item, part)`` of every item recorded for the run."""
