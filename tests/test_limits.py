@@ -21,7 +21,7 @@ from limit_servers import LimitServer
 from moot.errors import EndpointDown, ModelHTTPError, RateLimited
 from moot.models import base
 from moot.models.base import Message, ModelRequest
-from moot.models.limits import DEFAULT_CAP, AdaptiveLimit, Endpoint, Gate, Outcome, Ticket
+from moot.models.limits import DEFAULT_CAP, AdaptiveLimit, Endpoint, Gate, Outcome, RatePacer, Ticket
 from moot.models.openai import OpenAIModel
 from moot.models.retry import RetryPolicy, call_model
 from moot.models.testing import FunctionModel
@@ -182,6 +182,62 @@ class TestArithmetic:
         ep.finish(ep.take(), Outcome.UNREACHABLE)
         assert ep.is_open
 
+    def test_pacer_follows_the_cubic_after_a_throttle(self) -> None:
+        pacer = RatePacer()
+        assert not pacer.active and pacer.wait(0.0) == 0.0 and pacer.rate(0.0) is None
+        pacer.throttled(20.0, resume_at=11.0, now=10.0)  # 20 req/s served; paused until 11
+        k = (20 * 0.3 / 0.4) ** (1 / 3)
+        assert pacer.rate(11.0) == pytest.approx(14.0)  # beta * W when the pause ends
+        assert pacer.rate(11.0 + k) == pytest.approx(20.0)  # back at W after K seconds
+        assert pacer.rate(11.0 + k + 1) == pytest.approx(20.4)  # flat near it, then probing
+        assert pacer.wait(10.5) == pytest.approx(0.5)  # the first send when the pause ends
+        sent, now = 0, 11.0
+        while now < 12.0:  # one second of sends right after the pause: about 14-15
+            if pacer.wait(now) == 0:
+                pacer.take(now)
+                sent += 1
+            now += 0.001
+        assert 14 <= sent <= 17, sent
+        assert pacer.rate(11.0 + k + 6) is None  # past 4 x W: pacing stops
+        assert pacer.wait(11.0 + k + 6) == 0.0 and not pacer.active
+
+    def test_token_bucket_server_after_the_first_burst_few_429s(self) -> None:
+        """A server allowing 20 requests/s (bucket of 20, 429 + Retry-After: 1), 50 ms answers,
+        100 requests always ready, on the fake clock: after the first burst (whose 429s come back
+        before anything could be measured), the pacer keeps 429s under 5% of the requests served,
+        and the rate served stays near the bucket's."""
+        clock = Clock()
+        ep = Endpoint("e", clock=clock)
+        tokens, stamp = 20.0, clock.now
+        events: list[tuple[float, int, Ticket, bool]] = []
+        seq = served = throttled = 0
+        first_burst = None
+        start = clock.now
+        while served < 1000:
+            now = clock.now
+            while ep.room() and ep.in_flight < 100:
+                t = ep.take()
+                tokens, stamp = min(20.0, tokens + (now - stamp) * 20), now
+                ok = tokens >= 1
+                tokens -= 1 if ok else 0
+                heapq.heappush(events, (now + (0.05 if ok else 0.001), seq, t, ok))
+                seq += 1
+            wake = now + ep.wait_left() if ep.wait_left() > 0 else float("inf")
+            if events and events[0][0] <= wake:
+                clock.now, _, t, ok = heapq.heappop(events)
+                ep.finish(t, Outcome.ANSWER if ok else Outcome.THROTTLE, None if ok else 1.0)
+                served += ok
+                throttled += not ok
+                if first_burst is None and not ok:
+                    first_burst = seq  # the first burst sent everything at once
+            else:
+                clock.now = wake
+        assert first_burst is not None
+        later = throttled - (first_burst - 20)  # the first burst: all but the bucket's 20 refused
+        assert later <= 0.05 * served, (throttled, first_burst)
+        assert ep.pacer.active
+        assert served / (clock.now - start) >= 0.85 * 20
+
     def test_limit_range_is_recorded(self) -> None:
         limit = AdaptiveLimit()
         limit.sent(100)
@@ -244,6 +300,29 @@ class TestServers:
         assert stats["throttled"] == server.throttled > 0
         assert stats["limit_low"] < stats["limit_high"]  # type: ignore[operator]
         assert elapsed < 120 / 40 * 3  # 3 s of tokens; pauses cost little more
+
+    def test_rate_limited_server_paced_after_the_first_burst(self) -> None:
+        """30 workers, 4 calls each, at a server allowing 20 requests/s (50 ms answers): the
+        first burst of 30 meets a bucket of 20 (10 refused); from the next pause on, the endpoint
+        is paced, so 429s stay a small share of the requests served (unpaced: about 40)."""
+        with LimitServer("rate", rate=20, latency=0.05) as server:
+            model = OpenAIModel("m", base_url=server.url)
+
+            async def worker() -> None:
+                for _ in range(4):
+                    await call_model(model, PLAIN)
+
+            async def go() -> None:
+                try:
+                    await asyncio.gather(*(worker() for _ in range(30)))
+                finally:
+                    await model.aclose()
+
+            run(go())
+        stats = model.endpoint_stats()[0]
+        assert server.served == 120 and stats["throttled"] == server.throttled
+        assert server.throttled <= 10 + 0.15 * 120, server.throttled  # the first burst: 30 - 20
+        assert stats["paced"] is not None or server.throttled == 0
 
     def test_rate_limit_past_the_budget_fails_with_the_reason(self) -> None:
         with LimitServer("rate", rate=1, latency=0.0) as server:

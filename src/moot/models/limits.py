@@ -41,6 +41,19 @@ its cap.
 to it until the pause ends (without the header: 0.5 s, doubling on consecutive throttles,
 up to 30 s, for each throttle of a request sent after the previous pause began).
 
+**Rate after a pause: CUBIC on the send rate** (:class:`RatePacer`). A concurrency limit
+cannot hold a *rate* limit: with 50 ms answers one request in flight is already 20
+requests/s, and when a pause ends every waiting request would go at once into the bucket
+that refused them. So each 429/503 that starts a new pause also measures the rate the
+endpoint served since the previous one (answers over the time between the two, the pause
+included: what the server's bucket refilled), and from then on requests are *paced*: a
+client-side token bucket sends at ``W * 0.7`` (``W``: that measured rate) when the pause
+ends and its rate follows the cubic window of TCP CUBIC (RFC 8312) in requests/s, as the
+AWS SDKs' adaptive retry mode does: ``W + 0.4 * (t - K)**3`` with ``K = cbrt(W * 0.3 / 0.4)``,
+back at ``W`` after ``K`` seconds, flat near it, then probing above. Pacing ends when the
+rate reaches four times ``W`` with no further throttle (the server allows more: the
+concurrency limit alone governs again). An endpoint never throttled is never paced.
+
 The circuit breaker: an endpoint whose last :data:`OPEN_AFTER` (2) or more requests all
 failed without an answer (time-outs, refused or dropped connections) for at least
 ``window`` seconds (the request timeout, at most 10 s) is *open*: every request waiting
@@ -72,6 +85,7 @@ __all__ = [
     "Endpoint",
     "Gate",
     "Outcome",
+    "RatePacer",
     "Ticket",
 ]
 
@@ -86,6 +100,7 @@ THROTTLE_CUT = 0.75
 _MIN_WINDOW = 8
 _MAX_WINDOW = 64
 _PAUSE_BASE = 0.5
+_MIN_RATE_SPAN = 0.25  # seconds: a shorter span between two pauses measures no rate
 _PAUSE_MAX = 30.0
 
 
@@ -248,6 +263,82 @@ class AdaptiveLimit:
         self._cut(max(0.5, min(0.9 / ratio, 0.5 if ratio <= self.shrink_above else 1.0)))
 
 
+class RatePacer:
+    """The send rate after a throttle: CUBIC (RFC 8312) on requests/s; see the module docstring.
+
+    Inactive (``rate is None``) until :meth:`throttled` measures a rate; then :meth:`wait`
+    says how long until the next request may go and :meth:`take` spends the right to one.
+    A token bucket of a tenth of a second's worth (at least one request) at the current rate.
+
+    Args:
+        beta: the rate right after a throttle, as a fraction of the measured one.
+        scale: the cubic's constant C (requests/s per second cubed).
+        release: pacing stops when the rate reaches this times the measured one.
+    """
+
+    __slots__ = ("beta", "k", "release", "scale", "since", "stamp", "tokens", "w_max")
+
+    def __init__(self, beta: float = 0.7, scale: float = 0.4, release: float = 4.0) -> None:
+        self.beta = beta
+        self.scale = scale
+        self.release = release
+        self.w_max: float | None = None
+        """The rate measured at the last throttle (requests/s); None: not pacing."""
+        self.k = 0.0
+        self.since = 0.0  # when the cubic's clock starts (the pause's end)
+        self.tokens = 0.0
+        self.stamp = 0.0
+
+    @property
+    def active(self) -> bool:
+        """True while requests are paced."""
+        return self.w_max is not None
+
+    def throttled(self, measured: float, resume_at: float, now: float) -> None:
+        """A throttle after ``measured`` requests/s were served; sending resumes at ``resume_at``."""
+        current = self.rate(now)
+        w = measured if current is None else min(measured, max(current, self.beta * measured))
+        self.w_max = max(w, 0.1)
+        self.k = (self.w_max * (1 - self.beta) / self.scale) ** (1 / 3)
+        self.since = self.stamp = resume_at
+        self.tokens = 1.0
+
+    def rate(self, now: float) -> float | None:
+        """The allowed send rate now (requests/s), or None when not pacing."""
+        if self.w_max is None:
+            return None
+        t = max(0.0, now - self.since)
+        rate = self.w_max + self.scale * (t - self.k) ** 3
+        return rate if rate < self.release * self.w_max else None
+
+    def _refill(self, now: float) -> float:
+        rate = self.rate(now)
+        if rate is None:
+            self.w_max = None  # the server allows far more than it did: stop pacing
+            return 0.0
+        if now > self.stamp:
+            self.tokens = min(max(1.0, rate / 10), self.tokens + (now - self.stamp) * rate)
+            self.stamp = now
+        return rate
+
+    def wait(self, now: float) -> float:
+        """Seconds until one more request may be sent (0: now, or not pacing)."""
+        if self.w_max is None:
+            return 0.0
+        if now < self.since:
+            return self.since - now  # the pause that started it has not ended
+        rate = self._refill(now)
+        if self.w_max is None or self.tokens >= 1.0:
+            return 0.0
+        return max(self.stamp - now, 0.0) + (1.0 - self.tokens) / rate
+
+    def take(self, now: float) -> None:
+        """Spend the right to one request (call when :meth:`wait` is 0)."""
+        if self.w_max is not None:
+            self._refill(now)
+            self.tokens -= 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class Ticket:
     """The right to one request in flight at ``endpoint``; give it back with :meth:`Gate.release`."""
@@ -307,6 +398,10 @@ class Endpoint:
         self._probing = False
         self.reason: str | None = None
         """Why the circuit is open (None: closed)."""
+        self.pacer = RatePacer()
+        """The send rate after a throttle (CUBIC; inactive until the first 429/503 pause)."""
+        self._served = 0  # answers that were not 429/503
+        self._rate_from: tuple[float, int] | None = None  # (time, _served) the rate is measured from
 
     # -- state ------------------------------------------------------------------------------
     def check(self) -> None:
@@ -337,7 +432,14 @@ class Endpoint:
             return not self._probing and self.clock() >= self._open_until
         if self.paused_until > self.clock():
             return False
+        if self.pacer.w_max is not None and self.pacer.wait(self.clock()) > 0:
+            return False
         return self.limit.room(self.in_flight)
+
+    def wait_left(self) -> float:
+        """Seconds until the pause ends and the pacer lets one request go (0: now)."""
+        now = self.clock()
+        return max(self.paused_until - now, self.pacer.wait(now))
 
     def load(self) -> float:
         """In flight over the limit: routing prefers the endpoint with the most room."""
@@ -352,7 +454,12 @@ class Endpoint:
         probe = False
         if self.reason is not None:
             self._probing = probe = True
-        return Ticket(self, self.clock(), self.limit.sent(self.in_flight), self.in_flight, probe)
+        now = self.clock()
+        if self._rate_from is None:
+            self._rate_from = (now, self._served)
+        if self.pacer.w_max is not None:
+            self.pacer.take(now)
+        return Ticket(self, now, self.limit.sent(self.in_flight), self.in_flight, probe)
 
     def finish(self, ticket: Ticket, outcome: Outcome, retry_after: float | None = None) -> None:
         """Count a request finished with ``outcome`` (``retry_after``: the server's pause, seconds)."""
@@ -384,10 +491,23 @@ class Endpoint:
                 retry_after = min(_PAUSE_MAX, _PAUSE_BASE * 2 ** (self._throttle_run - 1))
             self._paused_at = now
             self.paused_until = max(self.paused_until, now + max(0.0, retry_after))
+            self._measure_rate(now)
             return
+        self._served += 1
         self._throttle_run = 0
         if outcome is Outcome.ANSWER:
             self.limit.answered(now - ticket.sent_at, ticket.epoch, ticket.in_flight)
+
+    def _measure_rate(self, now: float) -> None:
+        """A new pause: pace from the rate served since the last one (module docstring)."""
+        start = self._rate_from
+        self._rate_from = (now, self._served)
+        if start is None:
+            return
+        elapsed, served = now - start[0], self._served - start[1]
+        # The first burst's 429s come back before any answer: nothing measured yet.
+        if elapsed >= _MIN_RATE_SPAN and served > 0:
+            self.pacer.throttled(served / elapsed, self.paused_until, now)
 
     def _failed(self, ticket: Ticket, now: float) -> None:
         self._unanswered += 1
@@ -418,7 +538,12 @@ class Endpoint:
             "throttled": self.throttled,
             "timeouts": self.timeouts,
             "open": self.reason,
+            "paced": _rounded(self.pacer.rate(self.clock())),
         }
+
+
+def _rounded(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 1)
 
 
 class Gate:
@@ -499,7 +624,10 @@ class Gate:
             if not queued:
                 ep = self._pick(exclude)
                 if ep is not None:
-                    return ep.take()
+                    ticket = ep.take()
+                    if self._waiters and ep.pacer.w_max is not None:
+                        self._arm_timer(usable)  # the next paced send
+                    return ticket
             queued = False
             self._arm_timer(usable)
             waiter = loop.create_future()
@@ -517,7 +645,7 @@ class Gate:
         """Wake the waiters when the earliest pause or circuit-open period ends."""
         if self._loop is None:
             return
-        waits = [ep.pause_left() for ep in usable if ep.pause_left() > 0]
+        waits = [w for w in (ep.wait_left() for ep in usable) if w > 0]
         for ep in usable:
             if ep.is_open and ep._open_until is not None:
                 waits.append(max(0.0, ep._open_until - ep.clock()))
@@ -532,7 +660,10 @@ class Gate:
 
     def _timer_fired(self) -> None:
         self._timer = None
-        self._wake(len(self._waiters))
+        if all(ep.pacer.w_max is not None and ep.pause_left() == 0 for ep in self.endpoints):
+            self._wake(1)  # a paced send is due: one goes, the next arms the timer again
+        else:
+            self._wake(len(self._waiters))
 
     def _wake(self, n: int) -> None:
         while n > 0 and self._waiters:
