@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 from moot import FunctionModel, ModelRequest
 
@@ -30,3 +32,17 @@ def critical_fails_others_wait(error: BaseException, cancelled: list[str]) -> Fu
         return ans("never")
 
     return FunctionModel(fn)
+
+
+GOLD_SENTENCE = {
+    "id": "1",
+    "sentence": "The food was great.",
+    "aspects": [{"term": "food", "start": 4, "end": 8, "polarity": "positive"}],
+}
+"""One gold ABSA example, as ``moot absa-eval`` reads it."""
+
+
+def write_gold(path: Path) -> Path:
+    """Write a one-sentence gold file for ``moot absa-eval`` at ``path``; returns it."""
+    path.write_text(json.dumps(GOLD_SENTENCE) + "\n")
+    return path

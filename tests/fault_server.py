@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Fate", "FaultServer", "completion", "schema_reply"]
+__all__ = ["Fate", "FaultServer", "completion", "schema_reply", "varied"]
 
 Kind = Literal["ok", "status", "malformed", "drop", "hang", "drip"]
 
@@ -53,6 +54,26 @@ def completion(content: str, finish_reason: str = "stop", model: str = "fake") -
         ],
         "usage": {"prompt_tokens": 10, "completion_tokens": words, "total_tokens": 10 + words},
     }
+
+
+def varied(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+    """A handler whose replies differ from request to request, as sampling does (seeded by ``n``).
+
+    A request with a schema gets a schema-valid reply with other numbers, leaning and text; one
+    without (a benchmark's plain question) gets ``The answer is K.``.
+    """
+    rng = random.Random(n)
+    if "response_format" not in body:
+        return Fate(content=f"The answer is {rng.randint(0, 20)}.")
+    reply = json.loads(schema_reply(body))
+    for key, value in reply.items():
+        if isinstance(value, float):
+            reply[key] = round(rng.random(), 3)
+        elif isinstance(value, str) and key in ("answer", "content", "message"):
+            reply[key] = f"{value} {rng.randint(0, 99)}"
+    if "leaning" in reply:
+        reply["leaning"] = rng.choice(["support", "oppose"])
+    return Fate(content=json.dumps(reply))
 
 
 def schema_reply(body: dict[str, Any]) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 import sqlite3
 import subprocess
 import sys
@@ -12,30 +11,16 @@ from typing import Any
 
 import pytest
 
-from fault_server import Fate, FaultServer, schema_reply
+from fault_server import FaultServer, varied
 from moot import models
 from moot.cli import main
 
 pytestmark = pytest.mark.integration
 
 
-def _varied(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
-    """A schema-valid reply whose numbers differ from request to request (as sampling does)."""
-    reply = json.loads(schema_reply(body))
-    rng = random.Random(n)
-    for key, value in reply.items():
-        if isinstance(value, float):
-            reply[key] = round(rng.random(), 3)
-        elif isinstance(value, str) and key in ("answer", "content", "message"):
-            reply[key] = f"{value} {rng.randint(0, 99)}"
-    if "response_format" not in body:  # a bench call: a plain answer
-        return Fate(content=f"The answer is {rng.randint(0, 20)}.")
-    return Fate(content=json.dumps(reply))
-
-
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Any:
-    with FaultServer(_varied) as srv:
+    with FaultServer(varied) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         yield srv

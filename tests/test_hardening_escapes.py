@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from engine_helpers import write_gold
 from fault_server import Fate, FaultServer
 from moot import models
 from moot.cli import main
@@ -43,17 +44,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
 
 
 def _inputs(tmp: Path) -> dict[str, Path]:
-    gold = tmp / f"gold{EVIL[:6]}.jsonl"  # a file name with an escape in it, too
-    gold.write_text(
-        json.dumps(
-            {
-                "id": "1",
-                "sentence": "The food was great.",
-                "aspects": [{"term": "food", "start": 4, "end": 8, "polarity": "positive"}],
-            }
-        )
-        + "\n"
-    )
+    gold = write_gold(tmp / f"gold{EVIL[:6]}.jsonl")  # a file name with an escape in it, too
     finding = {"metric": "unemployment_rate", "citation": "[GCC-STAT]", "confidence": 0.9}
     reports = tmp / "reports.json"
     reports.write_text(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine_helpers import write_gold
 from fault_server import free_port
 from moot import models
 from moot.cli import main
@@ -66,17 +67,7 @@ def test_absa_eval_with_every_sentence_failed_exits_1_and_is_stored_failed(
 ) -> None:
     store = tmp_path / "runs.db"
     monkeypatch.setenv("MOOT_STORE", str(store))
-    gold = tmp_path / "gold.jsonl"
-    gold.write_text(
-        json.dumps(
-            {
-                "id": "1",
-                "sentence": "The food was great.",
-                "aspects": [{"term": "food", "start": 4, "end": 8, "polarity": "positive"}],
-            }
-        )
-        + "\n"
-    )
+    gold = write_gold(tmp_path / "gold.jsonl")
     assert main(["absa-eval", str(gold), "--model", unreachable, "--no-ablations"]) == 1
     err = capsys.readouterr().err
     assert "1 of 1 sentence runs failed" in err and "ModelConnectionError" in err

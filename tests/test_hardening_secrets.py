@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from engine_helpers import write_gold
 from fault_server import Fate, FaultServer, schema_reply
 from moot import models, redact
 from moot.cli import main
@@ -78,17 +79,7 @@ def _files(root: Path) -> Iterator[Path]:
 
 def _commands(url: str, tmp: Path) -> list[tuple[list[str], dict[str, str]]]:
     tmp.mkdir(exist_ok=True)
-    gold = tmp / "gold.jsonl"
-    gold.write_text(
-        json.dumps(
-            {
-                "id": "1",
-                "sentence": "The food was great.",
-                "aspects": [{"term": "food", "start": 4, "end": 8, "polarity": "positive"}],
-            }
-        )
-        + "\n"
-    )
+    gold = write_gold(tmp / "gold.jsonl")
     reports = tmp / "reports.json"
     finding = {"metric": "unemployment_rate", "citation": "[GCC-STAT]", "confidence": 0.9}
     reports.write_text(

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fault_server import Fate, FaultServer, schema_reply
+from fault_server import FaultServer, varied
 from moot import Debate, models
 from moot.cli import main
 from moot.errors import ReplayMissingError, UsageError
@@ -20,28 +19,21 @@ from moot.runs import RunStore
 from moot.transcript import DebateResult
 
 TOPIC = "Remote work makes teams more productive."
+THREE_ROUNDS = {"rounds": 3, "early_stop": {"rule": "none"}}
 
 
-def _varied(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
-    reply = json.loads(schema_reply(body))
-    rng = random.Random(n)
-    for key, value in reply.items():
-        if isinstance(value, float):
-            reply[key] = round(rng.random(), 3)
-    if "leaning" in reply:
-        reply["leaning"] = rng.choice(["support", "oppose"])
-    return Fate(content=json.dumps(reply))
+def _adversarial(model: Any, **overrides: Any) -> DebateResult:
+    """The recorded debate (3 rounds, no early stop, unless ``overrides`` say otherwise) on ``model``."""
+    return Debate("adversarial", model=model, overrides=THREE_ROUNDS | overrides).run_sync(TOPIC)
 
 
 @pytest.fixture
 def recorded(tmp_path: Path) -> Any:
     """An adversarial run (3 rounds, no early stop) recorded against a real local server."""
-    with FaultServer(_varied) as server:
+    with FaultServer(varied) as server:
         model = OpenAIModel("m", base_url=server.url, api_key="k")
         store = RunStore(tmp_path / "runs.db")
-        debate = Debate(
-            "adversarial", model=model, store=store, overrides={"rounds": 3, "early_stop": {"rule": "none"}}
-        )
+        debate = Debate("adversarial", model=model, store=store, overrides=THREE_ROUNDS)
         result = debate.run_sync(TOPIC)
         run_id = store.list()[0].id
         yield server, store, run_id, result, model
@@ -51,10 +43,7 @@ def recorded(tmp_path: Path) -> Any:
 def test_replay_sends_no_request_and_gives_the_same_result(recorded: Any) -> None:
     server, store, run_id, original, _ = recorded
     served = server.requests
-    replay = ReplayModel.from_run(store, run_id)
-    again = Debate(
-        "adversarial", model=replay, overrides={"rounds": 3, "early_stop": {"rule": "none"}}
-    ).run_sync(TOPIC)
+    again = _adversarial(ReplayModel.from_run(store, run_id))
     assert server.requests == served
     assert again.final_answer == original.final_answer
     assert again.decision == original.decision
@@ -67,10 +56,7 @@ def test_replay_sends_no_request_and_gives_the_same_result(recorded: Any) -> Non
 def test_another_decision_rule_is_computed_from_the_recorded_turns(recorded: Any) -> None:
     server, store, run_id, original, _ = recorded
     served = server.requests
-    overrides = {"rounds": 3, "early_stop": {"rule": "none"}, "aggregation": "evidence_based"}
-    again = Debate("adversarial", model=ReplayModel.from_run(store, run_id), overrides=overrides).run_sync(
-        TOPIC
-    )
+    again = _adversarial(ReplayModel.from_run(store, run_id), aggregation="evidence_based")
     assert server.requests == served
     assert again.decision is not None and again.decision.strategy == "evidence_based"
     assert [t.content for t in again.turns()] == [t.content for t in original.turns()]
@@ -80,10 +66,7 @@ def test_another_decision_rule_is_computed_from_the_recorded_turns(recorded: Any
 def test_a_reply_the_record_does_not_hold_is_an_error_naming_it(recorded: Any) -> None:
     server, store, run_id, _, _ = recorded
     served = server.requests
-    replay = ReplayModel.from_run(store, run_id)
-    four = Debate(
-        "adversarial", model=replay, overrides={"rounds": 4, "early_stop": {"rule": "none"}}
-    ).run_sync(TOPIC)
+    four = _adversarial(ReplayModel.from_run(store, run_id), rounds=4)
     assert server.requests == served
     failed = [t for t in four.turns(include_judge=True) if not t.ok]
     assert failed and failed[0].round == 4
@@ -98,9 +81,7 @@ def test_replay_until_a_round_then_live(recorded: Any) -> None:
     served = server.requests
     live = SchemaModel(name="test:other")
     replay = ReplayModel.from_run(store, run_id, live=live, until_round=1)
-    forked = Debate(
-        "adversarial", model=replay, overrides={"rounds": 3, "early_stop": {"rule": "none"}}
-    ).run_sync(TOPIC)
+    forked = _adversarial(replay)
     assert server.requests == served  # the recorded server is never asked again
     by_round = {r.number: [t.model for t in r.turns] for r in forked.rounds}
     assert set(by_round[1]) == {"replay:openai:fake"}  # the recorded server's name for its model
@@ -128,7 +109,7 @@ def test_moot_run_from_replay_and_replay_until(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "runs.db"
-    with FaultServer(_varied) as server:
+    with FaultServer(varied) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         try:
@@ -221,10 +202,6 @@ def test_a_recorded_real_debate_is_a_regression_test_with_no_server_or_model() -
     assert result.usage.calls == 0 and result.usage.cached == recorded.usage.calls == 6
 
 
-def _bench_varied(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
-    return Fate(content=f"The answer is {random.Random(n).randint(0, 20)}.")
-
-
 @pytest.mark.integration
 def test_a_recorded_bench_replays_with_no_request_and_names_what_it_never_recorded(tmp_path: Path) -> None:
     from moot.bench.runner import BenchConfig, run_bench
@@ -238,7 +215,7 @@ def test_a_recorded_bench_replays_with_no_request_and_names_what_it_never_record
             (r.item_id, r.method): (r.final, [[a.text for a in rnd] for rnd in r.rounds]) for r in run.records
         }
 
-    with FaultServer(_bench_varied) as server:
+    with FaultServer(varied) as server:
         live = OpenAIModel("m", base_url=server.url, api_key="k")
         recorded = bench(live, ["single", "vote:3", "society:3:2"], "live")
         asyncio.run(live.aclose())
@@ -261,7 +238,7 @@ def test_a_recorded_bench_replays_with_no_request_and_names_what_it_never_record
 def test_moot_bench_replay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with FaultServer(_bench_varied) as server:
+    with FaultServer(varied) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         common = ["--task", "arithmetic", "--n", "6", "--temperature", "0.7", "--no-plots"]
