@@ -228,7 +228,7 @@ async def ask(
         except ModelError as exc:
             out.error, out.exception = error_text(exc), exc
             if watch is not None:
-                await _report(on_request, watch.record(None, type(exc).__name__))
+                await _report(on_request, watch.record(None, type(exc).__name__, out.error))
             break
         except UsageError:
             raise
@@ -236,7 +236,7 @@ async def ask(
             logger.exception("%s raised an unexpected %s", model.name, type(exc).__name__)
             out.error, out.exception = f"unexpected {type(exc).__name__} from {model.name}: {exc}", exc
             if watch is not None:
-                await _report(on_request, watch.record(None, type(exc).__name__))
+                await _report(on_request, watch.record(None, type(exc).__name__, out.error))
             break
         out.raw, out.finish_reason, out.model = response.text, response.finish_reason, response.model
         stats.raw, stats.error = response.text, None
@@ -244,7 +244,8 @@ async def ask(
             output_type, response.text, response.finish_reason, validation_context
         )
         if watch is not None:
-            await _report(on_request, watch.record(response, None if value is not None else "invalid_output"))
+            kind, why = (None, None) if value is not None else ("invalid_output", f"invalid output: {error}")
+            await _report(on_request, watch.record(response, kind, why))
         if value is not None:
             out.value, out.error, out.repaired, out.trimmed = value, None, attempt == 1, trimmed
             break
@@ -282,7 +283,7 @@ class _RequestWatch:
         self.model, self.request, self.stats, self._on_retry = model, request, stats, on_retry
         self.started = time.time()
         u = stats.usage
-        self._before = (u.calls, u.prompt_tokens, u.completion_tokens, u.attempts)
+        self._before = (u.calls, u.prompt_tokens, u.completion_tokens, u.attempts, u.cached)
         self.retries: list[RetryRecord] = []
 
     def on_retry(self, attempt: int, err: ModelError, wait: float) -> None:
@@ -295,8 +296,10 @@ class _RequestWatch:
         if self._on_retry is not None:
             self._on_retry(attempt, err, wait)
 
-    def record(self, response: ModelResponse | None, error_kind: str | None) -> RequestRecord:
-        u, (calls, prompt, completion, attempts) = self.stats.usage, self._before
+    def record(
+        self, response: ModelResponse | None, error_kind: str | None, error: str | None = None
+    ) -> RequestRecord:
+        u, (calls, prompt, completion, attempts, cached) = self.stats.usage, self._before
         req = self.request
         endpoint = getattr(self.model, "base_url", None)
         return RequestRecord.model_construct(
@@ -313,9 +316,11 @@ class _RequestWatch:
                 prompt_tokens=u.prompt_tokens - prompt,
                 completion_tokens=u.completion_tokens - completion,
                 attempts=u.attempts - attempts,
+                cached=u.cached - cached,
             ),
             finish_reason=response.finish_reason if response is not None else None,
             error_kind=error_kind,
+            error=error,
             retries=self.retries,
             endpoint=endpoint if isinstance(endpoint, str) else None,
             messages=req.messages,

@@ -326,6 +326,8 @@ class RequestRecord(BaseModel):
     error_kind: str | None = None
     """The failure: an exception class name, or ``invalid_output`` when the answer did not
     match the schema; None when the answer was valid."""
+    error: str | None = None
+    """The failure's text: the backend error, or the schema error of an invalid answer; None when valid."""
     retries: list[RetryRecord] = Field(default_factory=list)
     """Transient failures retried within this request."""
     endpoint: str | None = None

@@ -25,7 +25,7 @@ def debate_reply(req: ModelRequest) -> dict[str, Any]:
     if meta["phase"] == "judge":
         return {"final_answer": "Tests first, then the fix.", "citations": ["doc-1"]}
     if meta["speaker"] == "critical" and meta["round"] == 1:
-        return {"answer": f"I disagree {XSS}", "citations": ["doc-2"], "confidence": 0.4}
+        return {"answer": f"I disagree: zugzwang {XSS}", "citations": ["doc-2"], "confidence": 0.4}
     return {"answer": f"{meta['speaker']} argues round {meta['round']}", "citations": [], "confidence": 0.8}
 
 

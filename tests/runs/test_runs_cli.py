@@ -34,8 +34,9 @@ def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFix
     last = capsys.readouterr().out
     assert filled["debate"][:8] in last and "showing 1 of 7 (7-7; --limit 2 per page)" in last
     assert main(["runs", "list"]) == 0 and "showing 7 of 7\n" in capsys.readouterr().out
-    # --search finds words said only inside a turn (the critic's reply), not in any title
-    assert main(["runs", "list", "--search", "disagree", "--json"]) == 0
+    # --search finds words said only inside a turn (the critic's reply), not in any title or prompt
+    # (an ABSA batch unit keeps its stage prompts, which hold "key_disagreements")
+    assert main(["runs", "list", "--search", "zugzwang", "--json"]) == 0
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["debate"]]
 
 

@@ -41,9 +41,9 @@ def test_run_list_filters_search_and_sort(client: TestClient, filled: dict[str, 
         filled["fallback"]
     ]
     # Words found only inside a turn (the critic's reply), never in a title.
-    inside = client.get("/api/runs", params={"q": "disagree"}).json()
+    inside = client.get("/api/runs", params={"q": "zugzwang"}).json()
     assert [r["id"] for r in inside["runs"]] == [filled["debate"]] and inside["total"] == 1
-    assert filled["debate"] in client.get("/", params={"q": "disagree"}).text
+    assert filled["debate"] in client.get("/", params={"q": "zugzwang"}).text
     protocols = {r["id"]: r["protocol"] for r in client.get("/api/runs").json()["runs"]}
     assert protocols[filled["bench_a"]] == "single, society:3:2" and protocols[filled["debate"]]
 

@@ -214,9 +214,9 @@ def test_search_finds_words_said_only_inside_a_turn(
 ) -> None:
     base = serve(Path(os.environ["MOOT_STORE"]))
     page.goto(base + "/")
-    page.fill("input[name=q]", "disagree")  # the critic's reply; no title has the word
+    page.fill("input[name=q]", "zugzwang")  # the critic's reply; no title has the word
     page.click("button[type=submit]")
-    page.wait_for_url("**q=disagree**")
+    page.wait_for_url("**q=zugzwang**")
     links = page.locator("table#runs a.run-link").evaluate_all(
         "els => els.map(e => e.getAttribute('href').split('/')[2])"
     )

@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from ..models.base import Message, Model, Usage
 from ..structured import ask, schema_hint
-from ..transcript import Event
-from .schemas import StageEvent, TraceStep
+from ..transcript import Event, RequestRecord
+from .schemas import StageEvent, StageRequest, TraceStep
 
 if TYPE_CHECKING:
     from .config import AbsaConfig
@@ -56,6 +56,8 @@ class Recorder:
     trace: list[TraceStep] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     errors: dict[str, str] = field(default_factory=dict)
+    requests: list[StageRequest] = field(default_factory=list)
+    """Every request the stage calls sent, with its text, as each ended (the run's record)."""
     on_progress: ProgressFn | None = None
     """Told as each step starts and ends (``moot absa`` shows it), so a long run is not silent."""
     on_event: EventFn | None = None
@@ -115,9 +117,16 @@ class Recorder:
 
         Uses the config's ``max_tokens`` and ``temperature``. On failure it returns None and
         records the error both on the run and in ``errors`` (the calling stage's own result).
+        Each request it sends is kept in ``requests`` as it ends (a cut-off call keeps those).
         """
         self.begin(speaker)
         t0 = self.now_ms()
+        sent: list[StageRequest] = []
+
+        def on_request(record: RequestRecord) -> None:
+            sent.append(StageRequest.of(speaker, record))
+            self.requests.append(sent[-1])
+
         outcome = await ask(
             model,
             [Message(role="system", content=prompt), Message(role="user", content=user)],
@@ -125,7 +134,10 @@ class Recorder:
             max_tokens=config.max_tokens,
             temperature=config.temperature,
             metadata={"speaker": speaker, "phase": "absa"},
+            on_request=on_request,
         )
+        if outcome.value is not None and sent and sent[-1].error_kind is None:
+            sent[-1].parsed = outcome.value.model_dump(mode="json")
         self.usage = self.usage + outcome.usage
         if outcome.value is None:
             error = outcome.error or "failed"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +30,7 @@ from .schemas import FinalResult, ModeratorInputs, ReviewContext, Stage1Result, 
 from .stage1 import run_stage1
 from .stage2 import run_stage2
 
-__all__ = ["run_absa", "run_absa_batch", "run_absa_sync"]
+__all__ = ["BatchOutcome", "observed_batch", "run_absa", "run_absa_batch", "run_absa_sync"]
 
 _T = TypeVar("_T")
 
@@ -180,14 +181,16 @@ async def _analyse(
 ) -> FinalResult:
     """:func:`run_absa` inside its observed run."""
     if deadline is not None and deadline.expired():  # e.g. queued in a batch past its deadline
-        return deadline_result(sentence, cfg)
+        result = deadline_result(sentence, cfg)
+        result.stage_requests = []
+        return result
     try:
-        return await _pipeline(sentence, mdl, cfg, rec, deadline)
+        result = await _pipeline(sentence, mdl, cfg, rec, deadline)
     except _DeadlinePassed:
-        pass
-    result = deadline_result(sentence, cfg)
-    result.trace, result.usage = rec.trace, rec.usage
-    result.errors = dict(rec.errors) | result.errors
+        result = deadline_result(sentence, cfg)
+        result.trace, result.usage = rec.trace, rec.usage
+        result.errors = dict(rec.errors) | result.errors
+    result.stage_requests = rec.requests
     return result
 
 
@@ -340,34 +343,70 @@ async def _run_absa_batch(
     cfg = load_config(config)
     mdl = resolve_model(model)
     names = list(ids) if ids is not None else [str(i + 1) for i in range(len(sentences))]
-    spec = _spec(model)
-    config_json = {
-        "config": cfg.model_dump(mode="json"),
-        "model": spec,
+
+    async def work(done: Callable[[int, FinalResult], Awaitable[None]]) -> BatchOutcome:
+        results = await _batch(sentences, mdl, cfg, concurrency, done, Deadline.within(timeout_s, deadline))
+        return BatchOutcome(results)
+
+    return await observed_batch(
+        names, work, model=_spec(model), config=cfg, concurrency=concurrency, on_result=on_result, store=store
+    )
+
+
+@dataclass
+class BatchOutcome:
+    """What a batch's work returns to :func:`observed_batch`.
+
+    The results in input order, and anything more for the run's summary (a Ray batch's
+    per-worker counts).
+    """
+
+    results: list[FinalResult]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+async def observed_batch(
+    names: Sequence[str],
+    work: Callable[[Callable[[int, FinalResult], Awaitable[None]]], Awaitable[BatchOutcome]],
+    *,
+    model: str | None,
+    config: AbsaConfig,
+    concurrency: int,
+    on_result: Callable[[int, FinalResult], Awaitable[None] | None] | None = None,
+    store: Any = None,
+) -> list[FinalResult]:
+    """An ABSA batch as one observed run (kind ``absa``, config ``batch: true``), wherever it runs.
+
+    ``work(done)`` analyses the sentences (here, or on Ray workers) and calls ``done(index,
+    result)`` as each finishes: the result becomes the run's unit named ``names[index]``
+    (its record: :meth:`FinalResult.record_data`, stage requests included), then ``on_result``
+    is told. The run ends ``fell_back`` when some sentences had failed calls, ``failed`` when all did.
+    """
+    recorded = {
+        "config": config.model_dump(mode="json"),
+        "model": model,
         "batch": True,
         "concurrency": concurrency,
     }
     start = RunStart(
-        kind="absa",
-        title=f"{len(sentences)} sentences",
-        model=spec or default_model_spec(),
-        config=config_json,
+        kind="absa", title=f"{len(names)} sentences", model=model or default_model_spec(), config=recorded
     )
     with observed(start, store=store) as run:
 
         async def done(i: int, res: FinalResult) -> None:
             if not run.nested:  # an evaluation records its own units
-                data = {"index": i, "result": res.model_dump(mode="json")}
+                data = {"index": i, "result": res.record_data()}
                 run.emit(PipelineEvent(kind="unit_completed", unit=names[i], data=data))
             if on_result is not None:
                 out = on_result(i, res)
                 if asyncio.iscoroutine(out):
                     await out
 
-        results = await _batch(sentences, mdl, cfg, concurrency, done, Deadline.within(timeout_s, deadline))
+        outcome = await work(done)
+        results = outcome.results
         usage = sum((r.usage for r in results), Usage())
         failed = sum(r.failed for r in results)
-        summary = {"sentences": len(results), "failed": failed}
+        summary = {"sentences": len(results), "failed": failed} | outcome.summary
         run.end(degraded_status(failed, len(results)), usage=usage, summary=summary)
     return results
 

@@ -20,9 +20,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from ..models.base import Usage
+from ..models.base import Message, Usage
 from ..schemas import Confidence
-from ..transcript import DebateResult
+from ..transcript import DebateResult, RequestRecord
 
 __all__ = [
     "Aspect",
@@ -50,6 +50,7 @@ __all__ = [
     "ReviewContext",
     "Severity",
     "StageEvent",
+    "StageRequest",
     "StageSignal",
     "Stage1Result",
     "Stage2Result",
@@ -479,6 +480,40 @@ class StageEvent(BaseModel):
     """Stage 2's result (``stage_output`` named ``stage2``)."""
 
 
+class StageRequest(RequestRecord):
+    """One model request of an ABSA stage call, with its text: what the run record keeps.
+
+    A stage call (``ate``, ``atsa``, ``validator``, ``ate_review``, ``atsa_review``) sends one
+    request, or two when its first answer did not match the schema (the repair, ``attempt`` 1).
+    Unlike a debate's :class:`~moot.transcript.RequestRecord` (whose text stays in memory), the
+    messages sent and the reply received are serialised here, so a stored ABSA run shows each
+    stage's transcript and can be replayed (:meth:`moot.models.testing.ReplayModel.from_absa`).
+    """
+
+    stage: str
+    """The stage call that sent it (the request's ``speaker``)."""
+    latency_ms: float = 0.0
+    """Wall time of this request, its retries included."""
+    messages: list[Message] = Field(default_factory=list)
+    """The messages sent, exactly as sent (a repair: the first messages, the invalid answer, the error)."""
+    reply: str | None = None
+    """The text received; None when the request failed without an answer."""
+    parsed: dict[str, Any] | None = None
+    """The validated output of this reply (before the spans are checked against the sentence);
+    None unless this reply validated."""
+
+    @classmethod
+    def of(cls, stage: str, record: RequestRecord, parsed: BaseModel | None = None) -> StageRequest:
+        """``record`` (an ended request of ``stage``) with its text, and ``parsed`` when it validated."""
+        data = {k: getattr(record, k) for k in RequestRecord.model_fields}
+        return cls(
+            **data,
+            stage=stage,
+            latency_ms=round(max(0.0, record.ended - record.started) * 1000, 3),
+            parsed=parsed.model_dump(mode="json") if parsed is not None else None,
+        )
+
+
 class FinalResult(BaseModel):
     """Everything one ABSA run produced."""
 
@@ -500,6 +535,37 @@ class FinalResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     errors: dict[str, str] = Field(default_factory=dict)
     """Failed calls by name; any entry means evaluation scores this sentence wrong."""
+    stage_requests: list[StageRequest] | None = Field(default=None, exclude=True)
+    """Every request the stage calls sent, in the order they ended, with their text (see
+    :class:`StageRequest`); the debate's requests are its turns. Left out of the default JSON
+    (``--json`` and the batch output stay as they were), as a debate turn's ``sent`` is:
+    :meth:`record_data` includes it, and the run store keeps it. None in records written before
+    moot kept them."""
+
+    def __eq__(self, other: object) -> bool:
+        """Equal outcomes, whether or not the request records were kept (``--json`` has none)."""
+        if not isinstance(other, FinalResult):
+            return NotImplemented
+        mine = {k: v for k, v in self.__dict__.items() if k != "stage_requests"}
+        return mine == {k: v for k, v in other.__dict__.items() if k != "stage_requests"}
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def record_data(self) -> dict[str, Any]:
+        """This result as JSON data with its ``stage_requests`` (what the run store keeps).
+
+        The debate's turns are kept as in :meth:`model_dump` (their content, not the messages
+        they were sent: those would put every debate prompt template's words in the store's
+        full-text search of each ABSA run and unit).
+        """
+        data = self.model_dump(mode="json")
+        if self.stage_requests is not None:
+            data["stage_requests"] = [r.model_dump(mode="json") for r in self.stage_requests]
+        return data
+
+    def record_json(self) -> str:
+        """:meth:`record_data` as JSON text (what a run store keeps as the run's result)."""
+        return json.dumps(self.record_data(), ensure_ascii=False)
 
     @property
     def failed(self) -> bool:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..absa import FinalResult, load_config, run_absa_batch
-from ..models import Model, Usage, default_model_spec
-from ..observe import PipelineEvent, RunStart, degraded_status, observed
+from ..absa.pipeline import BatchOutcome, observed_batch
+from ..models import Model
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..scale import RayOptions
@@ -31,7 +30,8 @@ async def absa_batch(
     """The results in input order and the per-worker counts (Ray only).
 
     Here: :func:`moot.absa.run_absa_batch` (which records itself). On Ray the driver records the
-    run the same way: each sentence's result is a unit as it comes back.
+    run the same way (:func:`moot.absa.pipeline.observed_batch`): each sentence's result is a
+    unit as it comes back.
     """
     if ray is None:
         results = await run_absa_batch(
@@ -49,31 +49,17 @@ async def absa_batch(
 
     assert not isinstance(model, Model)  # built on each worker, never loaded here
     cfg = load_config(config)
-    recorded = {
-        "config": cfg.model_dump(mode="json"),
-        "model": model,
-        "batch": True,
-        "concurrency": concurrency,
-    }
-    start = RunStart(
-        kind="absa", title=f"{len(sentences)} sentences", model=model or default_model_spec(), config=recorded
-    )
-    with observed(start, store=store) as run:
+    workers: list[dict[str, Any]] = []
 
-        async def done(i: int, res: FinalResult) -> None:
-            data = {"index": i, "result": res.model_dump(mode="json")}
-            run.emit(PipelineEvent(kind="unit_completed", unit=ids[i], data=data))
-            out = on_result(i, res)
-            if asyncio.iscoroutine(out):
-                await out
-
+    async def work(done: Callable[[int, FinalResult], Awaitable[None]]) -> BatchOutcome:
         batch = await run_absa_batch_ray(
             sentences, model=model, config=cfg, ray=ray, on_result=done, timeout_s=timeout_s
         )
-        failed = sum(r.failed for r in batch.results)
-        summary: dict[str, Any] = {"sentences": len(batch.results), "failed": failed}
-        if batch.workers:  # how many sentences each worker did, and which died
-            summary["workers"] = batch.workers
-        usage = sum((r.usage for r in batch.results), Usage())
-        run.end(degraded_status(failed, len(batch.results)), usage=usage, summary=summary)
-    return batch.results, batch.workers
+        workers.extend(batch.workers)
+        # How many sentences each worker did, and which died.
+        return BatchOutcome(batch.results, {"workers": batch.workers} if batch.workers else {})
+
+    results = await observed_batch(
+        ids, work, model=model, config=cfg, concurrency=concurrency, on_result=on_result, store=store
+    )
+    return results, workers
