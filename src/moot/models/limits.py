@@ -16,9 +16,12 @@ concurrency-limits library:
 * **Windows.** Answers are collected in windows of about one limit's worth (8 to 64); only
   requests sent since the last decrease count, so one burst of congestion is one decrease
   (TCP: at most one window cut per round trip).
-* **Latency floor.** Each window's latency is its lower quartile (the first answers of a
-  burst sent into a queue still show the floor; replies of varied length move it little).
-  The floor is the lowest window latency seen. A window above
+* **Latency floor.** Each window's latency is its median, less twice the median's standard
+  error estimated from the window's own spread (replies of varied length make a median
+  wander with no queue at all; a low quantile would miss a server that answers part of a
+  window at once and queues the rest). The floor is the lowest window median among the last
+  :data:`FLOOR_WINDOWS` (8), so it follows a server that became slower and a single lucky
+  window does not hold it down for good. A window above
   ``shrink_above`` (1.5) times the floor means requests queue at the server: the limit is
   multiplied by ``0.9 / ratio`` (at least 0.5), the gradient rule, aimed just below the
   concurrency that showed the floor so the next windows show it again. When two cuts in a
@@ -97,6 +100,8 @@ HOLD_WINDOWS = 4
 """Windows in a row above the floor's growth band before the limit is halved to re-measure it."""
 THROTTLE_CUT = 0.75
 """The limit's factor on a 429/503 (the pause does the rest); a time-out halves it."""
+FLOOR_WINDOWS = 8
+"""The floor is the lowest window latency among the last this many windows."""
 _MIN_WINDOW = 8
 _MAX_WINDOW = 64
 _PAUSE_BASE = 0.5
@@ -159,6 +164,7 @@ class AdaptiveLimit:
         self._strikes = 0  # latency cuts in a row after which latency did not fall
         self._held = 0  # windows in a row between grow_below and shrink_above
         self._window: list[float] = []
+        self._recent: deque[float] = deque(maxlen=FLOOR_WINDOWS)
         self._near_floor = True  # the last window's latency was within grow_below of the floor
 
     def set_cap(self, cap: int | None) -> None:
@@ -230,12 +236,17 @@ class AdaptiveLimit:
         self.low = self.allowed if self.low is None else min(self.low, self.allowed)
 
     def _close_window(self) -> None:
-        # The lower quartile, not the mean: the first answers of a burst sent into a queue
-        # show the floor, and answers of varied length (LLM replies) do not move it much.
-        latency = statistics.quantiles(self._window, n=10, method="inclusive")[0]
+        # The median: a server whose slots free in waves answers some requests at once and
+        # queues the others, and a low quantile would not see that queue until it held them all.
+        latency = _quantile(self._window, 0.5)
+        # Less twice the median's standard error (sigma from the window's interquartile range):
+        # replies of varied length make a window's median wander with no queue at all.
+        spread = _quantile(self._window, 0.75) - _quantile(self._window, 0.25)
+        noise = 2.0 * 1.25 * (spread / 1.35) / math.sqrt(len(self._window))
         self._window.clear()
-        floor = self.floor = latency if self.floor is None else min(latency, self.floor)
-        ratio = latency / floor if floor > 0 else 1.0
+        self._recent.append(latency)
+        floor = self.floor = min(self._recent)
+        ratio = max(latency - noise, floor) / floor if floor > 0 else 1.0
         self._near_floor = ratio <= self.grow_below
         # Held above the floor for HOLD_WINDOWS windows: the floor may be stale (measured while
         # a burst queued); a cut finds out (latency falls: queueing) or is undone (two strikes).
@@ -252,6 +263,8 @@ class AdaptiveLimit:
                 # Two cuts and no faster: not queueing but a slower server (longer prompts,
                 # longer answers). Its latency is the new floor; the limit comes back.
                 self.floor, self._near_floor = latency, True
+                self._recent.clear()
+                self._recent.append(latency)
                 self.limit = max(self.limit, self._cut_at[1])
                 self._cut_at, self._strikes = None, 0
                 return
@@ -261,6 +274,11 @@ class AdaptiveLimit:
         self._cut_at = (latency, self._cut_at[1])
         # Aim below the floor's concurrency, so the next windows show the floor again.
         self._cut(max(0.5, min(0.9 / ratio, 0.5 if ratio <= self.shrink_above else 1.0)))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class RatePacer:
