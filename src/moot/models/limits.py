@@ -71,7 +71,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
