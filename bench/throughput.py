@@ -115,8 +115,9 @@ class _Server(ThreadingHTTPServer):
 
 
 _MAX_SAMPLES = 200_000
-# Shared with the parent: [first request, last answer (time.time()), served, 429s, samples, peak in flight]
-_S_FIRST, _S_LAST, _S_SERVED, _S_THROTTLED, _S_SAMPLES, _S_PEAK = range(6)
+# Shared with the parent: [first request, last answer (time.time()), served, 429s, samples, peak in flight,
+# OTLP bytes received (the --trace sink)]
+_S_FIRST, _S_LAST, _S_SERVED, _S_THROTTLED, _S_SAMPLES, _S_PEAK, _S_TRACE_BYTES = range(7)
 
 
 class _Bucket:
@@ -166,8 +167,8 @@ def _make_handler(
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
-            if self.path.endswith("/v1/traces"):  # an OTLP/HTTP sink for --trace: taken, dropped
-                self.rfile.read(length)
+            if self.path.endswith("/v1/traces"):  # an OTLP/HTTP sink for --trace: counted, dropped
+                note(_S_TRACE_BYTES, len(self.rfile.read(length)))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -282,7 +283,7 @@ class FakeServer:
         ctx = mp.get_context("spawn")
         self._ports = ctx.Queue()
         self._stop = ctx.Event()
-        self._stats = ctx.Array("d", 6, lock=False)
+        self._stats = ctx.Array("d", 7, lock=False)
         self._samples = ctx.Array("d", _MAX_SAMPLES, lock=False)
         self._proc = ctx.Process(
             target=_serve,
@@ -303,6 +304,7 @@ class FakeServer:
             "peak_in_flight": int(st[_S_PEAK]),
             "median_server_s": times[n // 2] if n else float("nan"),
             "median_server_s_late": late[len(late) // 2] if late else float("nan"),
+            "trace_bytes": int(st[_S_TRACE_BYTES]),
         }
 
     def __enter__(self) -> str:
@@ -523,7 +525,8 @@ def _moot_cli_run(base_url: str, items: int, concurrency: int, method: str, tmp:
     """``moot bench`` as a user types it: a subprocess, defaults, only ``--concurrency`` set.
 
     The run records itself as usual (its store in ``tmp``); no plots (they are drawn after the
-    run, outside what is measured, and need matplotlib).
+    run, outside what is measured, and need matplotlib). With ``--trace on`` it is given
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the sink), as a user turns tracing on; off, no ``OTEL_*``.
     """
     import resource
     import subprocess
@@ -536,7 +539,10 @@ def _moot_cli_run(base_url: str, items: int, concurrency: int, method: str, tmp:
     ]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    if _TRACE_ON and _TRACE_ENDPOINT:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = _TRACE_ENDPOINT
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False, env=env)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -635,24 +641,31 @@ _STACKS = {"openai": "lean", "openai-n": "lean", "openai-sdk": "sdk", "openai-sd
 
 # --------------------------------------------------------------------------- --trace
 _TRACE_PROVIDER: Any = None
+_TRACE_ENDPOINT = ""  # the sink's base URL (OTEL_EXPORTER_OTLP_ENDPOINT for the moot command)
+_TRACE_ON = False
+_TRACE_SINK: FakeServer | None = None
 
 
 def _install_tracing(sink: str) -> None:
     """An SDK provider exporting over OTLP/HTTP to ``sink`` (batch processor), as ``moot`` installs it."""
-    global _TRACE_PROVIDER
+    global _TRACE_PROVIDER, _TRACE_ENDPOINT
+    _TRACE_ENDPOINT = sink.removesuffix("/v1/traces")
     from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from moot.app.otlp import SpanExporter
+
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=sink)))
+    provider.add_span_processor(BatchSpanProcessor(SpanExporter(endpoint=sink)))
     trace.set_tracer_provider(provider)
     _TRACE_PROVIDER = provider
 
 
 def _tracing(on: bool) -> None:
     """Trace the next runs (the trace observer attached to every run) or not."""
+    global _TRACE_ON
+    _TRACE_ON = on
     from moot import observe
     from moot.app.tracing import trace_observer
 
@@ -704,9 +717,11 @@ def http_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.rate or args.slots:
         clients = [c for c in clients if c == "moot"] or ["moot"]  # the scenarios are about moot's limits
     modes = args.trace.split(",")
+    global _TRACE_SINK
     with contextlib.ExitStack() as stack:
         if "on" in modes:
-            sink = stack.enter_context(FakeServer(0.0, args.server_timeout))
+            _TRACE_SINK = FakeServer(0.0, args.server_timeout)
+            sink = stack.enter_context(_TRACE_SINK)
             _install_tracing(sink.removesuffix("/v1") + "/v1/traces")
         return _http_rows(args, clients, modes, rows)
 
@@ -718,11 +733,15 @@ def _http_rows(
         ideal = args.concurrency / (_critical_calls(args.method) * latency)
         for client, trace in ((c, t) for c in clients for t in modes):
             _tracing(trace == "on")
+            exported = _TRACE_SINK.stats()["trace_bytes"] if _TRACE_SINK is not None else 0
             server = FakeServer(latency, args.server_timeout, rate=args.rate, slots=args.slots)
             with server as base_url, tempfile.TemporaryDirectory() as tmp:
                 result = _run_client(client, latency, base_url, args, Path(tmp))
                 seen = server.stats()
+            seen.pop("trace_bytes")  # the model server's: always 0
             result |= seen
+            if _TRACE_SINK is not None:  # what this run exported (proof that tracing was on, or off)
+                result["trace_bytes"] = _TRACE_SINK.stats()["trace_bytes"] - exported
             # Timed as the server saw it (first request to last answer): a process's start-up is not
             # throughput, and every client is timed the same way.
             items_per_s = result["items"] / (seen["span_s"] or result["wall_s"])
@@ -749,7 +768,8 @@ def _http_rows(
                 f"failures={result['failures']} accuracy={result['accuracy']:.3f} "
                 f"wall={result['wall_s']:.2f}s "
                 f"items/s={items_per_s:.1f} ideal={ideal:.1f} ratio={items_per_s / ideal:.3f} "
-                f"client CPU/call={result['cpu_ms_per_call']:.2f} ms load={os.getloadavg()[0]:.2f}",
+                f"client CPU/call={result['cpu_ms_per_call']:.2f} ms load={os.getloadavg()[0]:.2f}"
+                + (f" exported={result['trace_bytes'] / 1e6:.1f} MB" if "trace_bytes" in result else ""),
                 flush=True,
             )
     return rows

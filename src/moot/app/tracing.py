@@ -31,6 +31,7 @@ everything the run store keeps, so a credential inside a topic or a prompt is ma
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -108,6 +109,7 @@ def _ns(t: float) -> int:
     return int(t * 1e9)
 
 
+@functools.lru_cache(maxsize=512)
 def provider_name(model: str) -> str:
     """``gen_ai.provider.name`` for a moot model spec: ``openai:gpt-4o`` -> ``openai``.
 
@@ -117,6 +119,7 @@ def provider_name(model: str) -> str:
     return _PROVIDERS.get(head, head)
 
 
+@functools.lru_cache(maxsize=512)
 def model_name(model: str) -> str:
     """``gen_ai.request.model``: the spec without its provider and options (``openai:m?x=1`` -> ``m``)."""
     head = model.partition("?")[0]
@@ -124,7 +127,8 @@ def model_name(model: str) -> str:
     return redact.text(rest.strip() if sep else provider.strip())
 
 
-def _server(endpoint: str | None) -> dict[str, Any]:
+@functools.lru_cache(maxsize=256)
+def _server(endpoint: str | None) -> Mapping[str, Any]:
     """``server.address`` and ``server.port`` of a base URL: never its path, query or credentials."""
     if not endpoint:
         return {}
@@ -712,10 +716,11 @@ def install_from_env(environ: Mapping[str, str] | None = None) -> Callable[[], N
         return None
     try:
         from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from .otlp import SpanExporter
     except ImportError:
         print(
             "moot: warning: OTEL_EXPORTER_OTLP_ENDPOINT is set but tracing needs the otel extra: "
@@ -727,7 +732,7 @@ def install_from_env(environ: Mapping[str, str] | None = None) -> Callable[[], N
         return None  # the application set its own provider: leave it alone
     service = env.get("OTEL_SERVICE_NAME") or "moot"
     provider = TracerProvider(resource=Resource.create({"service.name": service}), shutdown_on_exit=False)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(SpanExporter()))
     trace.set_tracer_provider(provider)
     _OneWarning.install()
     return provider.shutdown

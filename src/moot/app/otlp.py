@@ -1,0 +1,236 @@
+"""OTLP/HTTP span export with a lean protobuf encoder (the ``moot`` CLI's exporter; needs ``moot[otel]``).
+
+The OpenTelemetry exporter builds one protobuf object per span, attribute and value, then
+serializes them: ~45 us of CPU per span with the C protobuf backend, more than the SDK spends
+making the span. :func:`encode_spans` writes the same ``ExportTraceServiceRequest`` bytes
+directly (protobuf's wire format, the OTLP ``trace.proto`` field numbers), with each attribute's
+key, and each repeated key/value pair, encoded once and reused: ~5 us a span. The tests parse
+its output with the official message classes and compare it with the official encoder's.
+
+:class:`SpanExporter` is the OTLP/HTTP exporter with that encoder: the same endpoint, headers,
+compression, timeout and retries (all read from the ``OTEL_EXPORTER_OTLP_*`` variables by the
+exporter itself), only the encoding differs. On an exporter version whose internals it does not
+know, it exports through the exporter's own path.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+__all__ = ["SpanExporter", "encode_spans"]
+
+_Q = struct.Struct("<Q").pack
+_D = struct.Struct("<d").pack
+_FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)  # field 16 (fixed32): has-is-remote
+_FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)  # ... and is-remote
+_STATUS_UNSET = b"\x7a\x00"  # field 15: an empty Status (the official encoder always sets it)
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: its tag, the payload's length, the payload."""
+    n = len(payload)
+    return tag + (bytes((n,)) if n < 0x80 else _varint(n)) + payload
+
+
+def _value(value: Any) -> bytes:
+    """An ``AnyValue`` message's bytes (as the official encoder maps Python values)."""
+    if value is None:
+        return b""
+    if value is True or value is False:
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, str):
+        return _field(b"\x0a", value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, int):
+        return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)
+    if isinstance(value, float):
+        return b"\x21" + _D(value)
+    if isinstance(value, bytes):
+        return _field(b"\x3a", value)
+    if isinstance(value, tuple | list | Sequence):
+        return _field(b"\x2a", b"".join(_field(b"\x0a", _value(v)) for v in value))
+    if isinstance(value, Mapping):
+        return _field(b"\x32", b"".join(_field(b"\x0a", _key_value(str(k), v)) for k, v in value.items()))
+    raise TypeError(f"invalid attribute value type {type(value).__name__}")
+
+
+_KEYS: dict[str, bytes] = {}
+_PAIRS: dict[tuple[bytes, str, type, Any], bytes] = {}
+_PAIRS_MAX = 8192  # distinct attribute fields kept encoded: personas, models, phases, rounds
+_CACHED = frozenset((str, int, bool, tuple))
+
+
+def _key_value(key: str, value: Any) -> bytes:
+    """A ``KeyValue`` message's bytes."""
+    head = _KEYS.get(key)
+    if head is None:
+        head = _KEYS[key] = _field(b"\x0a", key.encode("utf-8", "surrogatepass"))
+    return head + _field(b"\x12", _value(value))
+
+
+def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
+    """Repeated ``KeyValue`` fields; a short hashable value seen under that key is encoded once."""
+    if not attributes:
+        return b""
+    items = getattr(attributes, "_dict", attributes)  # an event's BoundedAttributes: its dict
+    out = []
+    for key, value in items.items():
+        cls = value.__class__
+        if cls not in _CACHED or (cls is str or cls is tuple) and len(value) > 64:
+            out.append(_field(tag, _key_value(key, value)))
+            continue
+        pair = (tag, key, cls, value)
+        found = _PAIRS.get(pair)
+        if found is None:
+            found = _field(tag, _key_value(key, value))
+            if len(_PAIRS) < _PAIRS_MAX:
+                _PAIRS[pair] = found
+        out.append(found)
+    return b"".join(out)
+
+
+def _uint(tag: bytes, n: int) -> bytes:
+    return tag + _varint(n) if n else b""
+
+
+def _span(span: ReadableSpan) -> bytes:
+    context = span.context
+    if context is None:
+        raise TypeError("a span without a context")
+    parts = [
+        b"\x0a\x10",
+        context.trace_id.to_bytes(16, "big"),
+        b"\x12\x08",
+        context.span_id.to_bytes(8, "big"),
+    ]
+    state = context.trace_state
+    if state:
+        parts.append(_field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode()))
+    parent = span.parent
+    if parent:
+        parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
+    parts.append(_field(b"\x2a", span.name.encode("utf-8", "surrogatepass")))
+    parts += (
+        b"\x30",
+        bytes((span.kind.value + 1,)),
+        b"\x39",
+        _Q(span.start_time or 0),
+        b"\x41",
+        _Q(span.end_time or 0),
+    )
+    # The SDK's span keeps a dict behind two read-only Mapping wrappers: read the dict when it is there.
+    attributes = getattr(span, "_attributes", None)
+    attributes = getattr(attributes, "_dict", None) if attributes is not None else None
+    parts.append(_attributes(b"\x4a", span.attributes if attributes is None else attributes))
+    parts.append(_uint(b"\x50", span.dropped_attributes))
+    for event in span.events:
+        body = b"\x09" + _Q(event.timestamp) + _field(b"\x12", event.name.encode("utf-8", "surrogatepass"))
+        body += _attributes(b"\x1a", event.attributes) + _uint(b"\x20", event.dropped_attributes)
+        parts.append(_field(b"\x5a", body))
+    parts.append(_uint(b"\x60", span.dropped_events))
+    for link in span.links:
+        body = b"\x0a\x10" + link.context.trace_id.to_bytes(16, "big")
+        body += b"\x12\x08" + link.context.span_id.to_bytes(8, "big")
+        body += _attributes(b"\x22", link.attributes) + _uint(b"\x28", link.dropped_attributes)
+        body += b"\x35" + struct.pack("<I", 0x300 if link.context.is_remote else 0x100)
+        parts.append(_field(b"\x6a", body))
+    parts.append(_uint(b"\x70", span.dropped_links))
+    status = span.status
+    if status.status_code.value or status.description:
+        body = _field(b"\x12", status.description.encode()) if status.description else b""
+        parts.append(_field(b"\x7a", body + _uint(b"\x18", status.status_code.value)))
+    else:
+        parts.append(_STATUS_UNSET)
+    parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
+    return b"".join(parts)
+
+
+_SCOPES: dict[Any, bytes] = {}
+_RESOURCES: dict[int, tuple[Any, bytes]] = {}  # id -> (the resource, kept so its id is not reused; bytes)
+
+
+def _scope(scope: Any) -> bytes:
+    """An ``InstrumentationScope`` field of ``ScopeSpans`` (encoded once per scope)."""
+    found = _SCOPES.get(scope)
+    if found is None:
+        if len(_SCOPES) > 64:
+            _SCOPES.clear()
+        body = b""
+        if scope is not None:
+            body = _field(b"\x0a", scope.name.encode()) if scope.name else b""
+            body += _field(b"\x12", scope.version.encode()) if scope.version else b""
+            body += _attributes(b"\x1a", scope.attributes)
+        found = _SCOPES[scope] = _field(b"\x0a", body)
+    return found
+
+
+def _resource(resource: Any) -> bytes:
+    """A ``Resource`` field of ``ResourceSpans`` (encoded once per resource)."""
+    found = _RESOURCES.get(id(resource))
+    if found is None or found[0] is not resource:
+        if len(_RESOURCES) > 64:
+            _RESOURCES.clear()
+        found = _RESOURCES[id(resource)] = (
+            resource,
+            _field(b"\x0a", _attributes(b"\x0a", resource.attributes)),
+        )
+    return found[1]
+
+
+def encode_spans(spans: Sequence[ReadableSpan]) -> bytes:
+    """The serialized ``ExportTraceServiceRequest`` for ``spans`` (grouped by resource, then scope)."""
+    grouped: dict[Any, dict[Any, list[bytes]]] = {}
+    resources: dict[int, Any] = {}
+    for span in spans:
+        resource = span.resource
+        resources[id(resource)] = resource
+        scopes = grouped.setdefault(id(resource), {})
+        scopes.setdefault(span.instrumentation_scope or None, []).append(_field(b"\x12", _span(span)))
+    out = []
+    for key, scopes in grouped.items():
+        resource = resources[key]
+        body = [_resource(resource)]
+        for scope, encoded in scopes.items():
+            url = scope.schema_url if scope is not None else ""
+            scope_body = _scope(scope) + b"".join(encoded)
+            scope_body += _field(b"\x1a", url.encode()) if url else b""
+            body.append(_field(b"\x12", scope_body))
+        if resource.schema_url:
+            body.append(_field(b"\x1a", resource.schema_url.encode()))
+        out.append(_field(b"\x0a", b"".join(body)))
+    return b"".join(out)
+
+
+class SpanExporter(OTLPSpanExporter):
+    """The OTLP/HTTP span exporter, encoding with :func:`encode_spans` (see the module docstring)."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Encode ``spans`` and post them through the exporter's own client (its retries, timeout)."""
+        client = getattr(self, "_client", None)
+        limit = getattr(self, "_max_request_size", None)
+        if getattr(self, "_shutdown", True) or not callable(getattr(client, "export", None)):
+            return super().export(spans)  # an exporter version whose internals differ: its own path
+        try:
+            data = encode_spans(spans)
+        except Exception:  # noqa: BLE001 - a value the encoder does not know: the exporter's own path
+            return super().export(spans)
+        if isinstance(limit, int) and limit > 0 and len(data) > limit:
+            return super().export(spans)  # it drops the batch and says so
+        result = client.export(data)  # type: ignore[union-attr]
+        return SpanExportResult.SUCCESS if getattr(result, "success", False) else SpanExportResult.FAILURE

@@ -1,0 +1,195 @@
+"""moot's OTLP span encoder writes what OpenTelemetry's own encoder writes (parsed back and compared)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official_encode
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
+
+from moot.app.otlp import SpanExporter, encode_spans
+
+
+def _spans(resource: Resource | None = None) -> list[ReadableSpan]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=resource or Resource.create({"service.name": "moot", "n": 3}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("moot", "1.2.3", schema_url="https://opentelemetry.io/schemas/1.41.0")
+    other = provider.get_tracer("other")
+    remote = SpanContext(
+        0x0AF7651916CD43DD8448EB211C80319C,
+        0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(1),
+        trace_state=TraceState([("vendor", "x1"), ("moot", "y")]),
+    )
+    values: dict[str, Any] = {
+        "s": "text",
+        "unicode": "débat — 論争 \U0001f600",
+        "long": "x" * 300,
+        "t": True,
+        "f": False,
+        "i": 7,
+        "zero": 0,
+        "neg": -5,
+        "big": 2**62,
+        "d": 0.25,
+        "nan": float("nan"),
+        "strs": ("stop", "length"),
+        "ints": [1, 2, 300],
+        "bools": (True, False),
+        "floats": (0.5, -1.0),
+        "empty": "",
+    }
+    with tracer.start_as_current_span(
+        "root", context=trace.set_span_in_context(NonRecordingSpan(remote)), attributes=values
+    ) as root:
+        root.add_event("gen_ai.evaluation.result", {"score": 0.9, "label": "pro"}, timestamp=123)
+        root.add_event("bare")
+        child = tracer.start_span(
+            "chat m",
+            kind=SpanKind.CLIENT,
+            attributes={"gen_ai.operation.name": "chat", "server.port": 8080},
+            links=[Link(remote, {"why": "batch"}), Link(root.get_span_context())],
+            start_time=1_700_000_000_000_000_000,
+        )
+        child.set_status(StatusCode.ERROR, "RateLimited")
+        child.end(end_time=1_700_000_000_500_000_000)
+        ok = other.start_span("ok", kind=SpanKind.SERVER)
+        ok.set_status(StatusCode.OK)
+        ok.end()
+        for kind in (SpanKind.PRODUCER, SpanKind.CONSUMER, SpanKind.INTERNAL):
+            tracer.start_span(f"k{kind.value}", kind=kind).end()
+    return list(memory.get_finished_spans())
+
+
+def _parsed(data: bytes) -> ExportTraceServiceRequest:
+    message = ExportTraceServiceRequest()
+    message.ParseFromString(data)
+    return message
+
+
+def test_the_encoding_parses_to_what_the_official_encoder_makes() -> None:
+    spans = _spans()
+    ours, theirs = _parsed(encode_spans(spans)), official_encode(spans)
+    # NaN != NaN: compare those attributes apart, the rest as whole messages.
+    for message in (ours, theirs):
+        for kv in message.resource_spans[0].scope_spans[0].spans[-1].attributes:
+            if kv.key == "nan":
+                assert kv.value.double_value != kv.value.double_value
+                kv.value.double_value = 0.0
+    assert ours == theirs
+    assert len(ours.resource_spans[0].scope_spans) == 2  # spans grouped by their scope
+    assert encode_spans(spans) == encode_spans(spans)  # the caches change nothing
+
+
+def test_spans_of_two_resources_are_two_resource_spans() -> None:
+    a, b = _spans(Resource.create({"service.name": "a"})), _spans(Resource.create({"service.name": "b"}))
+    mixed = a[:2] + b + a[2:]
+    ours = _parsed(encode_spans(mixed))
+    assert len(ours.resource_spans) == 2
+    for rs in ours.resource_spans:
+        for kv in rs.scope_spans[0].spans[-1].attributes:
+            if kv.key == "nan":
+                kv.value.double_value = 0.0
+    theirs = official_encode(mixed)
+    for rs in theirs.resource_spans:
+        for kv in rs.scope_spans[0].spans[-1].attributes:
+            if kv.key == "nan":
+                kv.value.double_value = 0.0
+    assert ours == theirs
+
+
+def test_an_unknown_value_type_falls_back_to_the_exporters_own_encoding(sink: _Sink) -> None:
+    class Odd:
+        pass
+
+    span = _with_attribute(Odd())
+    with pytest.raises(TypeError):
+        encode_spans([span])
+    exporter = SpanExporter(endpoint=sink.url, timeout=5)
+    assert exporter.export([span]) is SpanExportResult.SUCCESS
+    (body,) = sink.bodies
+    (posted,) = _parsed(body).resource_spans[0].scope_spans[0].spans
+    assert posted.name == "odd"
+    exporter.shutdown()
+
+
+def _with_attribute(value: Any) -> ReadableSpan:
+    span = _spans()[0]
+    return ReadableSpan(
+        name="odd",
+        context=span.get_span_context(),
+        attributes={"odd": value},
+        resource=span.resource,
+        start_time=1,
+        end_time=2,
+    )
+
+
+class _Sink:
+    """An OTLP/HTTP endpoint on 127.0.0.1 keeping the requests it is posted."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+                pass
+
+            def do_POST(self) -> None:
+                sink.bodies.append(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def sink() -> Iterator[_Sink]:
+    s = _Sink()
+    yield s
+    s.server.shutdown()
+    s.server.server_close()
+
+
+def test_the_exporter_posts_the_encoding_through_the_exporters_client(sink: _Sink) -> None:
+    spans = _spans()
+    exporter = SpanExporter(endpoint=sink.url, timeout=5)
+    assert exporter.export(spans) is SpanExportResult.SUCCESS
+    assert sink.bodies == [encode_spans(spans)]
+    exporter.shutdown()
+
+
+def test_the_exporter_reports_an_unreachable_endpoint_within_its_timeout() -> None:
+    exporter = SpanExporter(endpoint="http://127.0.0.1:9/v1/traces", timeout=1)
+    started = time.monotonic()
+    assert exporter.export(_spans()) is SpanExportResult.FAILURE
+    assert time.monotonic() - started < 5
+    exporter.shutdown()
