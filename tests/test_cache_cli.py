@@ -62,7 +62,12 @@ def test_moot_bench_twice_with_cache_serves_nothing_and_gives_the_same_units(
         ]  # fmt: skip
         main(argv)
         rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-        keep = ("item_id", "method", "answer", "correct", "parse_failed", "rounds")
+        keep = ("item_id", "method", "answer", "correct", "parse_failed", "rounds", "messages")
+        cost = ("usage", "latency_s", "queue_s", "retries")  # a cached reply costs nothing, by design
+        for r in rows:
+            r["rounds"] = [
+                [{k: v for k, v in a.items() if k not in cost} for a in rnd] for rnd in r["rounds"]
+            ]
         return sorted(({k: r.get(k) for k in keep} for r in rows), key=lambda r: (r["item_id"], r["method"]))
 
     first = bench(tmp_path / "a")

@@ -7,6 +7,7 @@ import pytest
 from bench_helpers import gold_of, oracle, reply_for
 
 from moot.bench.methods import MethodContext, parse_method, run_method
+from moot.bench.records import ItemRecord
 from moot.bench.runner import BenchConfig, BenchRun, expand_methods, run_bench
 from moot.bench.summary import comparisons, round_summaries, summarize
 from moot.bench.tasks import ArithmeticTask
@@ -196,6 +197,13 @@ def test_presets_run_through_the_engine_and_are_parsed_by_the_task(tmp_path: Pat
     assert all(len(r.rounds) == 2 and len(r.rounds[0]) == 2 for r in preset)
     assert all(not a.correct for r in preset for rnd in r.rounds for a in rnd)
     assert all(r.calls == 5 for r in preset)
+    # Each speaker's answer keeps the messages its turn was sent: the persona's system prompt first.
+    for record in preset:
+        for answers in record.rounds:
+            for answer in answers:
+                sent = record.sent_to(answer)
+                assert sent and sent[0].role == "system" and answer.usage is not None
+        assert any("result of" in m.content for m in record.messages)  # the item's question, as sent
 
     # The engine's final text is stored, so a rescore parses it again as a live run does.
     from moot.bench.methods import rescore
@@ -288,3 +296,56 @@ def test_a_preset_cut_off_by_its_deadline_before_any_turn_is_a_failed_unit() -> 
             await asyncio.wait_for(run_method(parse_method("answer"), item, ctx), 10)
 
     asyncio.run(go())
+
+
+def test_every_answer_keeps_the_messages_its_agent_was_sent_once_per_unit() -> None:
+    from moot.errors import ModelHTTPError
+    from moot.models.retry import RetryPolicy
+
+    failed: set[str] = set()
+
+    def fn(request: ModelRequest) -> str:
+        key = f"{request.metadata['speaker']}:{request.metadata['round']}"
+        if key == "agent1:1" and key not in failed:  # one transient failure, retried
+            failed.add(key)
+            raise ModelHTTPError(502, "bad gateway")
+        return reply_for("right", gold_of(request))
+
+    model = FunctionModel(fn)
+    task = ArithmeticTask()
+    item = task.items(1, 0)[0]
+    ctx = MethodContext(model=model, task=task, policy=RetryPolicy(base_delay=0.001, max_delay=0.001))
+    record = asyncio.run(run_method(parse_method("society:3:2"), item, ctx))
+    # Each answer's messages, rebuilt from the unit's table, are exactly what its request carried.
+    sent = {
+        (int(str(r.metadata["speaker"]).removeprefix("agent")), int(r.metadata["round"])): r.messages
+        for r in model.requests
+    }
+    for rnd, answers in enumerate(record.rounds):
+        for i, answer in enumerate(answers):
+            assert record.sent_to(answer) == sent[(i, rnd)]
+            assert answer.usage is not None and answer.usage.calls == 1 and answer.latency_s is not None
+    assert record.messages[0] == Message(role="user", content=item.prompt)  # round 0's, stored once
+    assert [a.sent for a in record.rounds[0]] == [[0], [0], [0]]
+    assert len(record.messages) == len({(m.role, m.content) for m in record.messages})
+    retried = record.rounds[1][1]
+    assert [(r.error_kind, r.status) for r in retried.retries] == [("ModelHTTPError", 502)]
+    assert retried.usage is not None and retried.usage.attempts == 2
+    # Stored and read back (results.jsonl, the run store) without loss.
+    again = ItemRecord.model_validate_json(record.model_dump_json())
+    assert again == record and again.sent_to(again.rounds[1][2]) == sent[(2, 1)]
+
+
+def test_an_older_record_without_messages_still_reads() -> None:
+    old = {
+        "item_id": "x",
+        "method": "single",
+        "gold": "1",
+        "final": "1",
+        "correct": True,
+        "parse_failed": False,
+        "rounds": [[{"agent": "agent0", "answer": "1", "correct": True, "text": "(1)"}]],
+    }
+    record = ItemRecord.model_validate(old)
+    assert record.messages == [] and record.sent_to(record.rounds[0][0]) is None
+    assert "sent" not in record.model_dump(mode="json")["rounds"][0][0]  # empty fields stay out

@@ -361,3 +361,28 @@ def test_the_transcript_of_a_turn_shows_what_its_speaker_was_sent(
     assert page.content().count("You are one of two agents improving an answer") == 1
     assert page.dialogs == []  # the <script> in the history is text
     _shot(page, shots, "view-transcript.png")
+
+
+def test_the_transcript_of_a_bench_agent_shows_what_it_was_sent(
+    filled: dict[str, str], page: Any, serve: Callable[[Path], str], shots: Path
+) -> None:
+    base = serve(Path(os.environ["MOOT_STORE"]))
+    page.goto(f"{base}/runs/{filled['bench_a']}/items/arithmetic-1")
+    society = page.locator('section.transcript[data-method="society:3:2"]')
+    # Round 0's prompt went to all three agents: on the page once per method, above the agents.
+    shared = society.locator("details.shared-prompts")
+    assert shared.count() == 1 and "What is the result of" in (shared.text_content() or "")
+    agent = society.locator("article.agent").nth(3)  # round 1, agent0
+    transcript = agent.locator("details.transcript")
+    assert not transcript.locator("ol.messages").is_visible()  # collapsed until asked for
+    transcript.locator("summary").first.click()
+    shown = transcript.inner_text()
+    assert "3 messages" in shown  # its question, its own round-0 reply, the peers' replies
+    assert "shared message #1 (above)" in shown
+    assert "These are the most recent answers to the question from the other agents" in shown
+    assert "raw reply" in shown.lower() and "parsed answer" in shown.lower()
+    single = page.locator('section.transcript[data-method="single"] article.agent details.transcript')
+    single.locator("summary").first.click()
+    assert "What is the result of" in single.inner_text()  # one agent: its prompt in its own transcript
+    assert page.dialogs == []
+    _shot(page, shots, "view-bench-transcript.png")

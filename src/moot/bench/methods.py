@@ -48,6 +48,11 @@ request with ``n=K`` made as agent 0: the server reads the prompt once and
 batches the samples. The record then counts the requests really sent (``calls``
 1 for that round), with the tokens the server reported (see
 :mod:`moot.models.sampling` for servers without ``n``).
+
+Every answer keeps its transcript: the messages its agent was sent (each distinct message
+stored once per unit, in ``ItemRecord.messages``; ``AgentAnswer.sent`` lists the ones it was
+sent), the request's usage, latency, gate wait and retries. A preset's answers keep their
+turn's messages as the engine sent them (system prompt included).
 """
 
 from __future__ import annotations
@@ -59,9 +64,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConfigError, ModelResponseError, RunError, UsageError
-from ..models.base import Message, Model, ModelRequest, ModelResponse, Usage
+from ..errors import ConfigError, ModelError, ModelHTTPError, ModelResponseError, RunError, UsageError
+from ..models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage
 from ..models.retry import RetryPolicy, call_model
+from ..transcript import RetryRecord
 from .records import AgentAnswer, ItemRecord
 from .stats import majority, unanimous
 from .tasks import Item, Task
@@ -203,6 +209,50 @@ def score_reply(task: Task, item: Item, agent: str, text: str, finish: str | Non
     )
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """One reply with what produced it: the messages sent, the request's cost, time and retries."""
+
+    response: ModelResponse
+    messages: list[Message]
+    usage: Usage
+    latency_s: float
+    queue_s: float = 0.0
+    retries: tuple[RetryRecord, ...] = ()
+
+
+class _SentTable:
+    """The distinct messages sent to one unit's agents, each once (``ItemRecord.messages``)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self._index: dict[tuple[str, str], int] = {}
+
+    def refs(self, messages: Iterable[Message]) -> list[int]:
+        """The indices of ``messages`` in the table (new ones appended)."""
+        out = []
+        for m in messages:
+            key = (m.role, m.content)
+            at = self._index.get(key)
+            if at is None:
+                at = self._index[key] = len(self.messages)
+                self.messages.append(m)
+            out.append(at)
+        return out
+
+
+def _traced(answer: AgentAnswer, asked: _Asked, table: _SentTable) -> AgentAnswer:
+    return answer.model_copy(
+        update={
+            "sent": table.refs(asked.messages),
+            "usage": asked.usage,
+            "latency_s": round(asked.latency_s, 4),
+            "queue_s": round(asked.queue_s, 4),
+            "retries": list(asked.retries),
+        }
+    )
+
+
 @dataclass
 class MethodContext:
     """What every method call needs.
@@ -226,7 +276,7 @@ class MethodContext:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     deadlines: dict[str, float] = field(default_factory=dict)
     _debates: dict[str, Any] = field(default_factory=dict)
-    _samples: dict[tuple[str, int], asyncio.Future[ModelResponse]] = field(default_factory=dict)
+    _samples: dict[tuple[str, int], asyncio.Future[_Asked]] = field(default_factory=dict)
     _uses: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def share_first_round(self, units: Iterable[tuple[Item, MethodSpec]]) -> None:
@@ -245,6 +295,10 @@ class MethodContext:
     async def first_round(
         self, item: Item, method: str, n: int, messages: list[Message]
     ) -> list[ModelResponse]:
+        """Round 0's ``n`` samples (see :meth:`_first_round`)."""
+        return [a.response for a in await self._first_round(item, method, n, messages)]
+
+    async def _first_round(self, item: Item, method: str, n: int, messages: list[Message]) -> list[_Asked]:
         """Round 0's ``n`` samples: shared ones where :meth:`share_first_round` planned their use.
 
         Samples not yet generated are asked for (as one ``n``-sample request where the model
@@ -253,7 +307,7 @@ class MethodContext:
         cost stays what it would be alone.
         """
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[ModelResponse]] = []
+        futures: list[asyncio.Future[_Asked]] = []
         missing: list[int] = []
         for agent in range(n):
             key = (item.id, agent)
@@ -292,11 +346,11 @@ class MethodContext:
 
     async def _ask_samples(
         self, item: Item, method: str, agents: list[int], messages: list[Message]
-    ) -> list[ModelResponse]:
+    ) -> list[_Asked]:
         if len(agents) > 1 and getattr(self.model, "supports_n", False):
             # n samples of one prompt: one request with n, read once by the server.
-            return _split(await self.ask(item, method, agents[0], 0, messages, n=len(agents)), len(agents))
-        return await _gather([self.ask(item, method, i, 0, messages) for i in agents])
+            return _split(await self._ask(item, method, agents[0], 0, messages, n=len(agents)), len(agents))
+        return await _gather([self._ask(item, method, i, 0, messages) for i in agents])
 
     async def ask(
         self, item: Item, method: str, agent: int, round_: int, messages: list[Message], n: int = 1
@@ -306,6 +360,11 @@ class MethodContext:
         With ``n > 1`` (a model whose ``supports_n`` is True) the call asks for ``n``
         completions of the same prompt; ``agent`` is then the first of them.
         """
+        return (await self._ask(item, method, agent, round_, messages, n)).response
+
+    async def _ask(
+        self, item: Item, method: str, agent: int, round_: int, messages: list[Message], n: int = 1
+    ) -> _Asked:
         request = ModelRequest(
             messages=messages,
             max_tokens=self.max_tokens,
@@ -320,7 +379,27 @@ class MethodContext:
                 "phase": "bench",
             },
         )
-        return await call_model(self.model, request, self.policy)
+        stats = CallStats()
+        retries: list[RetryRecord] = []
+
+        def on_retry(attempt: int, err: ModelError, wait: float) -> None:
+            status = err.status_code if isinstance(err, ModelHTTPError) else None
+            retries.append(
+                RetryRecord(
+                    time=time.time(), error_kind=type(err).__name__, status=status, wait_s=round(wait, 3)
+                )
+            )
+
+        started = time.perf_counter()
+        response = await call_model(self.model, request, self.policy, on_retry=on_retry, stats=stats)
+        return _Asked(
+            response,
+            list(messages),
+            stats.usage.model_copy(),
+            time.perf_counter() - started - stats.queue_s,
+            stats.queue_s,
+            tuple(retries),
+        )
 
     def score(self, item: Item, agent: str, text: str, finish: str | None = None) -> AgentAnswer:
         """Parse and score one reply (see :func:`score_reply`)."""
@@ -371,7 +450,7 @@ def _record(
     )
 
 
-async def _gather(calls: list[Any]) -> list[ModelResponse]:
+async def _gather(calls: list[Any]) -> list[_Asked]:
     # A TaskGroup cancels the sibling calls when one fails, so no request outlives its item;
     # the caller gets the first error itself, not an ExceptionGroup.
     try:
@@ -382,14 +461,22 @@ async def _gather(calls: list[Any]) -> list[ModelResponse]:
     return [t.result() for t in tasks]
 
 
-def _split(reply: ModelResponse, n: int) -> list[ModelResponse]:
-    """One reply per sample of an ``n > 1`` call; the call's usage stays on the first."""
+def _split(asked: _Asked, n: int) -> list[_Asked]:
+    """One reply per sample of an ``n > 1`` call; the call's usage (and retries) stay on the first."""
+    reply = asked.response
     if len(reply.samples) != n:
         raise ModelResponseError(f"asked for {n} samples, got {len(reply.samples)}", model=reply.model)
     first = reply.usage
     return [
-        ModelResponse(
-            text=s.text, finish_reason=s.finish_reason, model=reply.model, usage=Usage() if i else first
+        _Asked(
+            ModelResponse(
+                text=s.text, finish_reason=s.finish_reason, model=reply.model, usage=Usage() if i else first
+            ),
+            asked.messages,
+            Usage() if i else asked.usage,
+            asked.latency_s,
+            asked.queue_s,
+            () if i else asked.retries,
         )
         for i, s in enumerate(reply.samples)
     ]
@@ -400,6 +487,7 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
     started = time.perf_counter()
     n = spec.agents
     histories = [[Message(role="user", content=item.prompt)] for _ in range(n)]
+    table = _SentTable()
     rounds: list[list[AgentAnswer]] = []
     usage = Usage()
     texts: list[str] = []
@@ -411,14 +499,16 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
                 histories[i].append(Message(role="assistant", content=texts[i]))
                 histories[i].append(Message(role="user", content=ctx.task.debate_prompt(item, peers)))
         if r == 0:  # n samples of one prompt, shared with the other plain methods on this item
-            replies = await ctx.first_round(item, spec.name, n, histories[0])
+            asked = await ctx._first_round(item, spec.name, n, histories[0])
         else:
-            replies = await _gather([ctx.ask(item, spec.name, i, r, histories[i]) for i in range(n)])
+            asked = await _gather([ctx._ask(item, spec.name, i, r, list(histories[i])) for i in range(n)])
+        replies = [a.response for a in asked]
         for reply in replies:
             usage = usage + reply.usage
         texts = [reply.text for reply in replies]
         answers = [
-            ctx.score(item, f"agent{i}", reply.text, reply.finish_reason) for i, reply in enumerate(replies)
+            _traced(ctx.score(item, f"agent{i}", a.response.text, a.response.finish_reason), a, table)
+            for i, a in enumerate(asked)
         ]
         rounds.append(answers)
         last = r == spec.rounds - 1
@@ -432,7 +522,18 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
             break
     final = majority([a.answer for a in rounds[-1]])
     lenient = majority([a.lenient for a in rounds[-1]])
-    return _record(spec, item, ctx, rounds, final, lenient, usage, started, stopped_early=stopped)
+    return _record(
+        spec,
+        item,
+        ctx,
+        rounds,
+        final,
+        lenient,
+        usage,
+        started,
+        stopped_early=stopped,
+        messages=table.messages,
+    )
 
 
 # Turn error kinds that mean the backend failed (after its retries), not that the model answered badly.
@@ -448,7 +549,14 @@ _BACKEND_FAILURES = (
 async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord:
     started = time.perf_counter()
     debate = ctx.debate(spec.name)
-    result = await debate.run(item.prompt)
+    retried: dict[tuple[int, str], list[RetryRecord]] = {}
+
+    def on_event(event: Any) -> None:  # each speaker turn's retries, from its model_request events
+        request = getattr(event, "request", None)
+        if event.kind == "model_request" and request is not None and (event.phase or "turn") == "turn":
+            retried.setdefault((event.round or 0, event.speaker or ""), []).extend(request.retries)
+
+    result = await debate.run(item.prompt, on_event=on_event)
     # An outage (unreachable endpoint, refused key, a server failing past its retries) means the
     # method did not run as specified: a failed unit that --resume retries, never a wrong answer.
     turns = result.turns(include_judge=True)
@@ -460,6 +568,7 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
         raise RunError(f"preset {spec.name}: no turn finished ({result.fallback})")
     order = {key: i for i, key in enumerate(debate.protocol.speakers())}
     answer_field = debate.protocol.answer_field
+    table = _SentTable()
     rounds: list[list[AgentAnswer]] = []
     for rnd in result.rounds:
         answers = []
@@ -468,11 +577,29 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
             text = value if isinstance(value, str) and value else turn.text
             if not turn.ok:
                 text = turn.raw or ""
-            answers.append(ctx.score(item, turn.speaker, text))
+            asked = _Asked(
+                ModelResponse(text=text),
+                list(turn.sent or []),
+                turn.usage,
+                turn.latency_ms / 1000,
+                turn.queue_ms / 1000,
+                tuple(retried.get((turn.round, turn.speaker), ())),
+            )
+            answer = _traced(ctx.score(item, turn.speaker, text), asked, table)
+            answers.append(answer if turn.sent is not None else answer.model_copy(update={"sent": None}))
         rounds.append(answers)
     if result.fallback:  # kept for audit, never the method's answer (see the module docstring)
         record = _record(
-            spec, item, ctx, rounds, None, None, result.usage, started, final_text=result.final_answer
+            spec,
+            item,
+            ctx,
+            rounds,
+            None,
+            None,
+            result.usage,
+            started,
+            final_text=result.final_answer,
+            messages=table.messages,
         )
         return record.model_copy(update={"parse_failed": False, "fallback": result.fallback})
     final = ctx.task.parse(result.final_answer or "", item).value
@@ -488,7 +615,15 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
         started,
         stopped_early=result.stopped_early,
         final_text=result.final_answer,
+        messages=table.messages,
     )
+
+
+def _rescored(task: Task, item: Item, answer: AgentAnswer) -> AgentAnswer:
+    """``answer`` parsed again; its transcript (messages sent, usage, time, retries) kept."""
+    fresh = score_reply(task, item, answer.agent, answer.text, answer.finish)
+    kept = ("sent", "usage", "latency_s", "queue_s", "retries")
+    return fresh.model_copy(update={k: getattr(answer, k) for k in kept})
 
 
 def rescore(record: ItemRecord, item: Item, task: Task) -> ItemRecord:
@@ -511,7 +646,7 @@ def rescore(record: ItemRecord, item: Item, task: Task) -> ItemRecord:
             f"{record.method}: this preset record cannot be rescored: it was written before moot "
             "stored a preset's final answer text"
         )
-    rounds = [[score_reply(task, item, a.agent, a.text, a.finish) for a in rnd] for rnd in record.rounds]
+    rounds = [[_rescored(task, item, a) for a in rnd] for rnd in record.rounds]
     if preset:
         text = record.final_text or ""
         final = task.parse(text, item).value

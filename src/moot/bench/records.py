@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from ..models.base import Message, Usage
+from ..transcript import RetryRecord
 
 __all__ = ["AgentAnswer", "ItemRecord"]
 
@@ -28,6 +40,35 @@ class AgentAnswer(BaseModel):
     """The raw reply, kept for audit."""
     finish: str | None = None
     """The backend's finish reason (``length`` means the reply was cut at max_tokens)."""
+    sent: list[int] | None = None
+    """The messages this agent was sent for this reply, in order, as indices into its unit's
+    :attr:`ItemRecord.messages` (each distinct message is stored once per unit: round 0's
+    prompt, which every agent is sent, once). None in records written before moot kept them."""
+    usage: Usage | None = None
+    """What the request behind this reply cost (``attempts`` counts its retries). The K samples
+    of one ``n=K`` request carry its usage on the first; a round-0 sample shared by several
+    methods carries it in each (as ``ItemRecord.calls`` counts it). None in older records."""
+    latency_s: float | None = None
+    """Seconds from sending the request to its answer, retries included, waiting for the
+    model's concurrency gate not (``queue_s``). None in older records."""
+    queue_s: float = 0.0
+    """Seconds the request waited for the model's concurrency gate."""
+    retries: list[RetryRecord] = Field(default_factory=list)
+    """Transient failures retried within the request (kind, HTTP status, wait)."""
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A bench stores thousands of answers: the transcript fields are left out when empty.
+        data = handler(self)
+        if isinstance(data, dict):
+            for key, empty in (("sent", None), ("usage", None), ("latency_s", None), ("queue_s", 0.0)):
+                if key in data and data[key] == empty:
+                    del data[key]
+            if not data.get("retries", True):
+                del data["retries"]
+            if isinstance(data.get("usage"), dict):  # counts of 0 are the defaults
+                data["usage"] = {k: v for k, v in data["usage"].items() if v}
+        return data
 
 
 class ItemRecord(BaseModel):
@@ -76,6 +117,10 @@ class ItemRecord(BaseModel):
     final_text: str | None = None
     """A preset's final answer as the engine returned it, before parsing (None for plain
     methods, whose final is the plurality of ``rounds``): what a rescore parses again."""
+    messages: list[Message] = Field(default_factory=list)
+    """Every distinct message sent to this unit's agents, once (``{"role", "content"}``), in
+    the order first sent; each answer's :attr:`AgentAnswer.sent` lists the ones it was sent.
+    Empty in records written before moot kept them."""
 
     @model_validator(mode="after")
     def _older_fallback(self) -> ItemRecord:
@@ -85,6 +130,12 @@ class ItemRecord(BaseModel):
         if self.fallback is not None:
             self.final, self.correct, self.parse_failed, self.lenient = None, False, False, None
         return self
+
+    def sent_to(self, answer: AgentAnswer) -> list[Message] | None:
+        """The messages ``answer``'s agent was sent, in order (None when the record kept none)."""
+        if answer.sent is None:
+            return None
+        return [self.messages[i] for i in answer.sent if 0 <= i < len(self.messages)]
 
     @property
     def tokens(self) -> int:

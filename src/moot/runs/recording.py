@@ -104,7 +104,7 @@ def _json(data: BaseModel | Mapping[str, Any] | Sequence[Any]) -> str:
         return str(record_json())
     if isinstance(data, BaseModel):
         return data.model_dump_json()
-    return json.dumps(data, ensure_ascii=False, default=str)
+    return json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
 
 
 class Recording:

@@ -61,6 +61,7 @@ def _templates() -> Jinja2Templates:
     env.globals["when"] = _when
     env.globals["turn_error"] = shape.turn_error
     env.globals["turn_key"] = shape.turn_key
+    env.globals["shared_messages"] = shape.shared_messages
     return templates
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "debate_view",
     "highlight",
     "protocol_of",
+    "shared_messages",
     "turn_error",
     "turn_key",
 ]
@@ -381,6 +382,30 @@ def bench_items(store: RunStore, run_id: str) -> list[BenchItemRow]:
         if _right_to_wrong(r):
             row.flips.add(r.method)
     return list(rows.values())
+
+
+def shared_messages(record: ItemRecord) -> dict[int, int]:
+    """A bench unit's opening prompts sent to two answers or more, shown once above its agents.
+
+    An opening prompt is a system message, or the first message an answer was sent (round 0's
+    question, which every agent of a vote or society is sent). Returns ``{index in
+    record.messages: number}``, numbered in the order first sent. Later messages (replies,
+    the peers' answers) stay in each agent's transcript, even when two agents were sent the same.
+    """
+    uses: dict[int, int] = {}
+    opening: set[int] = set()
+    for answers in record.rounds:
+        for answer in answers:
+            sent = answer.sent or []
+            opening.update(sent[:1])
+            for i in set(sent):
+                uses[i] = uses.get(i, 0) + 1
+    shared = [
+        i
+        for i in sorted(uses)
+        if uses[i] > 1 and i < len(record.messages) and (i in opening or record.messages[i].role == "system")
+    ]
+    return {i: n for n, i in enumerate(shared, 1)}
 
 
 def bench_report(store: RunStore, run_id: str) -> Any:
