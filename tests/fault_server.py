@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Fate", "FaultServer", "completion", "schema_reply", "varied"]
+__all__ = ["Fate", "FaultServer", "completion", "schema_reply", "varied", "without_timings"]
 
 Kind = Literal["ok", "status", "malformed", "drop", "hang", "drip"]
 
@@ -89,6 +89,21 @@ def schema_reply(body: dict[str, Any]) -> str:
     if schema:
         return json.dumps(schema_instance(schema))
     return json.dumps({"answer": "yes", "message": "yes", "confidence": 0.5})
+
+
+def without_timings(data: Any, also: tuple[str, ...] = ()) -> Any:
+    """JSON ``data`` without what differs between two runs of the same work: timings, usage, ids
+    (and the keys in ``also``), to compare a re-run's or a replay's result with the first's."""
+    drop = ("timings", "usage", "id", "run_id", "time", *also)
+    if isinstance(data, dict):
+        return {
+            k: without_timings(v, also)
+            for k, v in data.items()
+            if k not in drop and not k.endswith(("_ms", "_s"))
+        }
+    if isinstance(data, list):
+        return [without_timings(v, also) for v in data]
+    return data
 
 
 Handler = Callable[[int, dict[str, Any], dict[str, str]], Fate]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fault_server import FaultServer, varied
+from fault_server import FaultServer, varied, without_timings
 from moot import models
 from moot.cli import main
 
@@ -99,19 +99,7 @@ def test_moot_arbitrate_and_absa_twice_with_cache(
         main(argv)
         second = capsys.readouterr().out
         assert served > 0 and server.requests == served, argv[0]
-        assert _without_timings(json.loads(first)) == _without_timings(json.loads(second)), argv[0]
-
-
-def _without_timings(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {
-            k: _without_timings(v)
-            for k, v in data.items()
-            if k not in ("timings", "usage", "id", "run_id", "time") and not k.endswith(("_ms", "_s"))
-        }
-    if isinstance(data, list):
-        return [_without_timings(v) for v in data]
-    return data
+        assert without_timings(json.loads(first)) == without_timings(json.loads(second)), argv[0]
 
 
 def test_two_processes_share_one_cache_file(server: FaultServer, tmp_path: Path) -> None:

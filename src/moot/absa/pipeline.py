@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from ..deadline import Deadline, timeout_scope
 from ..errors import UsageError
 from ..models import default_model_spec, resolve_model, run_with_model
-from ..models.base import Model, Usage
+from ..models.base import Model, Usage, unit_scope
 from ..models.cache import cache_scope
 from ..observe import PipelineEvent, RunStart, degraded_status, observed
 from ..transcript import DebateResult, Event
@@ -345,7 +345,9 @@ async def _run_absa_batch(
     names = list(ids) if ids is not None else [str(i + 1) for i in range(len(sentences))]
 
     async def work(done: Callable[[int, FinalResult], Awaitable[None]]) -> BatchOutcome:
-        results = await _batch(sentences, mdl, cfg, concurrency, done, Deadline.within(timeout_s, deadline))
+        results = await _batch(
+            sentences, names, mdl, cfg, concurrency, done, Deadline.within(timeout_s, deadline)
+        )
         return BatchOutcome(results)
 
     return await observed_batch(
@@ -413,6 +415,7 @@ async def observed_batch(
 
 async def _batch(
     sentences: Sequence[str],
+    names: Sequence[str],
     mdl: Model,
     cfg: AbsaConfig,
     concurrency: int,
@@ -425,7 +428,8 @@ async def _batch(
 
     async def one(i: int, sentence: str) -> None:
         async with gate:
-            res = await run_absa(sentence, model=mdl, config=cfg, deadline=deadline)
+            with unit_scope(names[i]):  # whose requests these are (a replay answers each unit its own)
+                res = await run_absa(sentence, model=mdl, config=cfg, deadline=deadline)
         results[i] = res
         await on_result(i, res)
 

@@ -1,14 +1,18 @@
-"""Re-running a stored debate (``moot run --from RUN_ID``): what the record says to run again."""
+"""Re-running a stored run: what the record says to run again.
+
+``moot run --from RUN_ID`` re-runs a debate, ``moot absa --from RUN_ID`` an ABSA run.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..runs import RunRecord, open_store
 
-__all__ = ["recorded_debate", "recorded_endpoints", "stored_run"]
+__all__ = ["RecordedAbsa", "recorded_absa", "recorded_debate", "recorded_endpoints", "stored_run"]
 
 
 def stored_run(run_id: str, store: Path | None) -> RunRecord:
@@ -50,3 +54,66 @@ def recorded_endpoints(recorded: dict[str, Any]) -> dict[str, str]:
         if isinstance(spec, str) and spec.startswith("openai:") and "?" not in spec and endpoint:
             out[key] = f"{spec}?base_url={endpoint}"
     return out
+
+
+@dataclass(frozen=True)
+class RecordedAbsa:
+    """A stored ABSA run, as ``moot absa --from RUN_ID`` runs it again.
+
+    Attributes:
+        id: the stored run's full id.
+        batch: True for a batch (``moot absa --input``), False for one sentence.
+        sentences: ``(id, sentence)`` in input order: the one sentence (id ``""``), or the
+            batch's recorded sentences (an interrupted batch: those it finished).
+        config: the pipeline config it ran with (``AbsaConfig`` as JSON data).
+        model: the model spec it ran with (None: the default).
+        concurrency: a batch's sentences in flight.
+        results: what it recorded, for a replay (:meth:`moot.models.testing.ReplayModel.from_absa`):
+            the one result's data, or ``{sentence id: result data}``; None when a one-sentence
+            run stored no result.
+    """
+
+    id: str
+    batch: bool
+    sentences: list[tuple[str, str]]
+    config: dict[str, Any]
+    model: str | None = None
+    concurrency: int = 1
+    results: Any = field(default=None, repr=False)
+
+
+def recorded_absa(run_id: str, store: Path | None) -> RecordedAbsa:
+    """The stored ABSA run ``run_id`` (any unique prefix) of the store ``--store`` names.
+
+    Raises:
+        UsageError: no such run, an ambiguous prefix, not an ABSA run, or a batch with no sentence
+            recorded.
+    """
+    opened = open_store(store)
+    assert opened is not None
+    with opened:
+        record = opened.get(opened.resolve_id(run_id))
+        if record.kind != "absa":
+            raise UsageError(
+                f"run {record.id[:8]} is a {record.kind!r} run, not an ABSA run: "
+                "moot absa --from needs a `moot absa` run"
+            )
+        config, model = dict(record.config.get("config") or {}), record.config.get("model")
+        if not record.config.get("batch"):
+            sentence = str(record.config.get("sentence") or record.title)
+            return RecordedAbsa(record.id, False, [("", sentence)], config, model, results=record.result)
+        units = sorted(opened.iter_items(record.id), key=lambda u: int(u.data.get("index", 0)))
+    if not units:
+        raise UsageError(
+            f"run {record.id[:8]} recorded no sentence (status {record.status}): nothing to re-run"
+        )
+    results = {u.item: u.data["result"] for u in units}
+    return RecordedAbsa(
+        record.id,
+        True,
+        [(u.item, str(u.data["result"]["sentence"])) for u in units],
+        config,
+        model,
+        int(record.config.get("concurrency") or 1),
+        results,
+    )

@@ -7,6 +7,7 @@
     moot absa "The pasta was great but the service was slow." [--config FILE] [--model SPEC] [--json]
     moot absa --input sentences.jsonl --output results.jsonl [--concurrency N] [--report]
               [--ray ADDRESS [--ray-workers N]] [--timeout S]
+    moot absa --from RUN_ID [--replay] [--config FILE] [--output results.jsonl]
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from ..absa.schemas import TraceStep
 from ..app import store_spec
 from ..app.absa import absa_batch
 from ..app.ray import ray_options
+from ..app.rerun import RecordedAbsa, recorded_absa
 from ..errors import UsageError
 from ..models import Model, run_with_model
+from ..models.testing import ReplayModel
 from ..observe import annotate
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import ProgressLines, make_console, print_table, progress_bar
@@ -203,6 +206,59 @@ class _StageProgress:
         self.console.print(clean(step.line()), markup=False, style=None if step.ok else "red", soft_wrap=True)
 
 
+def _rerun(
+    from_run: str | None,
+    replay: bool,
+    store: Path | None,
+    *,
+    sentence: str | None,
+    input_file: Path | None,
+    model: str | None,
+    ray_address: str | None,
+) -> tuple[RecordedAbsa | None, ReplayModel | None]:
+    """``--from RUN_ID`` (and ``--replay``): the recorded run, and the model of its replies.
+
+    Raises:
+        UsageError: --replay without --from, --from with a sentence or --input, --replay with
+            --model or --ray, or a run that cannot be re-run (named).
+    """
+    if from_run is None:
+        if replay:
+            raise UsageError("--replay replays a recorded run: give --from RUN_ID")
+        return None, None
+    if sentence is not None or input_file is not None:
+        raise UsageError("--from re-runs the recorded sentences: give no SENTENCE or --input with it")
+    recorded = recorded_absa(from_run, store)
+    if not replay:
+        return recorded, None
+    if model is not None:
+        raise UsageError("--replay answers every request from the record: it takes no --model")
+    if ray_address is not None:
+        raise UsageError("--replay answers from this process's copy of the record: it cannot run on --ray")
+    if recorded.results is None:
+        raise UsageError(f"run {recorded.id[:8]} stored no result: there are no replies to replay")
+    return recorded, ReplayModel.from_absa(recorded.results)
+
+
+def _said_missing(replayer: ReplayModel | None) -> None:
+    """After a replay: say on stderr what the record did not hold (each named; nothing was sent)."""
+    if replayer is None:
+        return
+    console = make_console(stderr=True)
+    console.print(
+        f"replay: {replayer.replayed} replies from the record, 0 requests sent", style="dim", highlight=False
+    )
+    for who in replayer.missing:
+        where = "" if who.get("item") is None else f" {who['item']}"
+        console.print(
+            f"replay: no recorded reply for {clean(str(who['speaker']))} "
+            f"({who['phase']}, round {who['round']}) of sentence{where}: {clean(str(who.get('sentence')))!r}",
+            style="yellow",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
 def register(app: typer.Typer) -> None:
     """Add ``absa`` to ``app`` (``absa-eval`` lives in :mod:`moot.cli.absa_eval`)."""
 
@@ -245,6 +301,23 @@ def register(app: typer.Typer) -> None:
         cache_file: CacheFileOption = None,
         cache_expiry: CacheExpiryOption = None,
         model_concurrency: ModelConcurrencyOption = None,
+        from_run: Annotated[
+            str | None,
+            typer.Option(
+                "--from",
+                help="Re-run a stored ABSA run (its id or a unique prefix): its sentence, or its "
+                "batch's sentences (then give --output), with its config and model; "
+                "--config and --model given win.",
+            ),
+        ] = None,
+        replay: Annotated[
+            bool,
+            typer.Option(
+                "--replay",
+                help="With --from: answer each request with the reply the run recorded (0 requests); "
+                "a reply it never recorded fails its stage, named (exit 1), never sent.",
+            ),
+        ] = False,
     ) -> int:
         """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
 
@@ -257,16 +330,35 @@ def register(app: typer.Typer) -> None:
             check_text(sentence, "the sentence")
         if output is not None:  # before any model loads or runs
             check_output_file(output, "--output file")
-        cfg = load_config(config)
+        recorded, replayer = _rerun(
+            from_run,
+            replay,
+            store,
+            sentence=sentence,
+            input_file=input_file,
+            model=model,
+            ray_address=ray_address,
+        )
+        cfg = load_config(config if config is not None or recorded is None else recorded.config)
+        runner: str | Model | None = model
+        extra: dict[str, Any] = {}  # what the record adds: the run this one re-runs or replays
+        if recorded is not None:
+            runner = replayer if replayer is not None else model or recorded.model
+            extra["from_run"] = recorded.id
+            if replay:
+                extra["replay"] = {"from_run": recorded.id}
+            if not recorded.batch:
+                sentence = recorded.sentences[0][1]
         spec = store_spec(store, enabled=not no_store)  # the pipeline records itself
-        if input_file is None:
+        if input_file is None and (recorded is None or not recorded.batch):
             if sentence is None or not sentence.strip():
                 raise UsageError("give a SENTENCE, or --input FILE.jsonl --output FILE.jsonl")
-            with _StageProgress(make_console(stderr=True)) as progress:
+            text = sentence
+            with _StageProgress(make_console(stderr=True)) as progress, annotate(config=extra or None):
                 res = run_with_model(
-                    model,
+                    runner,
                     lambda m: run_absa(
-                        sentence, model=m, config=cfg, on_progress=progress, timeout_s=timeout, store=spec
+                        text, model=m, config=cfg, on_progress=progress, timeout_s=timeout, store=spec
                     ),
                 )
             if as_json:
@@ -274,31 +366,42 @@ def register(app: typer.Typer) -> None:
             else:
                 print_absa_result(res, make_console())
             _timed_out([res], timeout)
+            _said_missing(replayer)
             return _exit.for_absa([res])
         if sentence is not None:
             raise UsageError("give either a SENTENCE or --input, not both")
         if output is None:
-            raise UsageError("--input needs --output FILE.jsonl")
-        items = read_inputs(input_file)
+            raise UsageError(
+                "--input needs --output FILE.jsonl"
+                if recorded is None
+                else "--from a batch needs --output FILE.jsonl"
+            )
+        if recorded is not None:
+            items, source = recorded.sentences, f"run {recorded.id[:8]}"
+        else:
+            assert input_file is not None
+            items, source = read_inputs(input_file), str(input_file)
         ray = ray_options(ray_address, ray_workers, concurrency)
         console = make_console(stderr=True)
-        where = {"input": str(input_file), "output": str(output)}
+        where = {"input": source, "output": str(output)} | extra
         with (
-            annotate(title=str(input_file), config=where),
+            annotate(title=source, config=where),
             # Results go to a hidden file renamed at the end: a batch that fails at the start leaves
             # nothing, an interrupted one keeps the sentences it finished.
             staged_output(output, "--output file", keep_partial=True) as out,
         ):
             if ray is None:
                 results, _ = run_with_model(
-                    model, lambda m: _batch(items, out, m, cfg, concurrency, console, spec, timeout=timeout)
+                    runner, lambda m: _batch(items, out, m, cfg, concurrency, console, spec, timeout=timeout)
                 )
             else:  # the model is built on each worker, never loaded here
+                assert not isinstance(runner, Model)
                 results, _ = asyncio.run(
-                    _batch(items, out, model, cfg, concurrency, console, spec, ray, timeout=timeout)
+                    _batch(items, out, runner, cfg, concurrency, console, spec, ray, timeout=timeout)
                 )
             failed = sum(r.failed for r in results)
         console.print(f"wrote {len(results)} results to {output} ({failed} with failed calls)")
+        _said_missing(replayer)
         _timed_out(results, timeout)
         if report:
             typer.echo(clean(format_report(compute_metrics(results))))

@@ -7,6 +7,8 @@ import os
 import urllib.parse
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -28,6 +30,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "cap_concurrency",
     "check_allow_model_requests",
+    "current_unit",
     "default_request_timeout",
     "effective_cap",
     "model_info",
@@ -35,6 +38,7 @@ __all__ = [
     "note_extra_request",
     "spec_cap",
     "split_spec_options",
+    "unit_scope",
 ]
 
 #: Global kill switch. Unit tests set it to False so that any real backend call
@@ -228,6 +232,29 @@ def note_extra_request() -> None:
     stats = _CURRENT_STATS.get()
     if stats is not None:
         stats.usage.attempts += 1
+
+
+_UNIT: ContextVar[str | None] = ContextVar("moot_request_unit", default=None)
+
+
+@contextmanager
+def unit_scope(unit: str | None) -> Iterator[None]:
+    """Requests made inside the block belong to the batch unit ``unit`` (an ABSA sentence's id).
+
+    A request's metadata says who asks (a speaker, a round); in a batch the same speaker asks
+    once per unit, so a model answering from a record (:class:`moot.models.testing.ReplayModel`)
+    reads :func:`current_unit` to give each unit its own recorded replies. Nothing is sent on.
+    """
+    token = _UNIT.set(unit)
+    try:
+        yield
+    finally:
+        _UNIT.reset(token)
+
+
+def current_unit() -> str | None:
+    """The batch unit of the requests made now (see :func:`unit_scope`), or None outside a batch."""
+    return _UNIT.get()
 
 
 def note_cached_reply() -> None:

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelResponseError, ReplayMissingError, UsageError
-from .base import Model, ModelRequest, ModelResponse, Usage, note_cached_reply
+from .base import Model, ModelRequest, ModelResponse, Usage, current_unit, note_cached_reply
 
 if TYPE_CHECKING:  # pragma: no cover - only for the annotation of ReplayModel.from_run
     from ..runs.store import RunStore
@@ -246,7 +246,24 @@ def from_spec(rest: str) -> Model:
 
 
 _Slot = tuple[str, int, str, str | None, str | None]
-"""Who asked: speaker, round, phase, and for a benchmark's calls the item and the method."""
+"""Who asked: speaker, round, phase, and for a batch's calls the item (a bench item, an ABSA
+sentence's id) and the method (a bench's)."""
+
+
+def _debate_turns(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A debate result's recorded turns (JSON data): every round's turns, moderators, the judge."""
+    turns = [dict(t) for rnd in data.get("rounds") or [] for t in rnd.get("turns") or []]
+    turns += [dict(rnd["moderator"]) for rnd in data.get("rounds") or [] if rnd.get("moderator")]
+    if data.get("verdict"):
+        turns.append(dict(data["verdict"]))
+    return turns
+
+
+def _replay_name(models: set[Any]) -> str:
+    """``replay:<model>`` when the record has one model, else ``replay``."""
+    models.discard(None)
+    models.discard("")
+    return f"replay:{models.pop()}" if len(models) == 1 else "replay"
 
 
 class ReplayModel(Model):
@@ -291,14 +308,19 @@ class ReplayModel(Model):
         self.replayed = 0
         """Requests answered from the record."""
         self._replies: dict[_Slot, deque[dict[str, Any]]] = {}
+        self.sentences: dict[str | None, str] = {}
+        """An ABSA record's sentences by unit id (None: a one-sentence run), to name what is missing."""
+        self.missing: list[dict[str, Any]] = []
+        """Who asked for a reply the record does not hold, each time (see ``ReplayMissingError``)."""
         self.last_round = 0
         for turn in turns:
             data = turn.model_dump(mode="json") if hasattr(turn, "model_dump") else dict(turn)
+            item = data.get("item")
             slot = (
                 str(data["speaker"]),
                 int(data["round"]),
                 str(data.get("phase") or "turn"),
-                data.get("item"),
+                None if item is None else str(item),
                 data.get("method"),
             )
             self._replies.setdefault(slot, deque()).append(data)
@@ -314,13 +336,61 @@ class ReplayModel(Model):
         data = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
         if not isinstance(data, dict) or "rounds" not in data:
             raise UsageError("not a debate result: a replay needs a debate run (moot run, Debate(store=))")
-        turns = [t for rnd in data.get("rounds") or [] for t in rnd.get("turns") or []]
-        turns += [rnd["moderator"] for rnd in data.get("rounds") or [] if rnd.get("moderator")]
-        if data.get("verdict"):
-            turns.append(data["verdict"])
-        models = {t.get("model") for t in turns if t.get("model")}
-        kwargs.setdefault("name", f"replay:{models.pop()}" if len(models) == 1 else "replay")
+        turns = _debate_turns(data)
+        kwargs.setdefault("name", _replay_name({t.get("model") for t in turns}))
         return cls(turns, **kwargs)
+
+    @classmethod
+    def from_absa(cls, results: Any, **kwargs: Any) -> ReplayModel:
+        """From an ABSA run's record: its stage requests' replies and its debate's turns.
+
+        ``results`` is one sentence's result (a ``FinalResult`` or its stored data, which keep
+        ``stage_requests``), or a batch's ``{unit id: result}``; a batch is replayed with the
+        same ids (``run_absa_batch(ids=...)``), each sentence getting its own replies. Each stage
+        call gets its recorded replies in order (an invalid first answer, then its repair), and
+        a request that failed fails again. A reply the record does not hold (a setting that asks
+        for a stage or a turn the run never had) is a :class:`~moot.errors.ReplayMissingError`
+        naming the stage and the sentence.
+
+        Raises:
+            UsageError: not an ABSA result, or one recorded before moot kept its stage requests.
+        """
+        single = hasattr(results, "record_data") or (isinstance(results, Mapping) and "sentence" in results)
+        units: dict[str | None, Any] = {None: results} if single else dict(results)
+        turns: list[dict[str, Any]] = []
+        sentences: dict[str | None, str] = {}
+        for unit, result in units.items():
+            data = result.record_data() if hasattr(result, "record_data") else result
+            where = "" if unit is None else f" of sentence {unit}"
+            if not isinstance(data, Mapping) or "sentence" not in data:
+                raise UsageError(f"not an ABSA result{where}: a replay needs an ABSA run (moot absa)")
+            requests = data.get("stage_requests")
+            if requests is None:
+                raise UsageError(
+                    f"the ABSA result{where} keeps no stage requests (recorded before moot kept them): "
+                    "it cannot be replayed"
+                )
+            sentences[unit] = str(data["sentence"])
+            for r in requests:
+                turns.append(
+                    {
+                        "speaker": r["stage"],
+                        "round": 0,
+                        "phase": "absa",
+                        "item": unit,
+                        "raw": r.get("reply"),
+                        "error": r.get("error") or r.get("error_kind"),
+                        "finish_reason": r.get("finish_reason"),
+                        "model": r.get("model"),
+                    }
+                )
+            turns += [{**t, "item": unit} for t in _debate_turns(data.get("debate") or {})]
+        # Named after the model the stages asked for (a debate turn names the one that answered).
+        asked = {t.get("model") for t in turns if t["phase"] == "absa"}
+        kwargs.setdefault("name", _replay_name(asked or {t.get("model") for t in turns}))
+        replay = cls(turns, **kwargs)
+        replay.sentences = sentences
+        return replay
 
     @classmethod
     def from_bench(cls, records: Iterable[Any], **kwargs: Any) -> ReplayModel:
@@ -352,20 +422,29 @@ class ReplayModel(Model):
 
     @classmethod
     def from_run(cls, store: RunStore, run_id: str, **kwargs: Any) -> ReplayModel:
-        """From a run in a run store (its id or a unique prefix).
+        """From a run in a run store (its id or a unique prefix): a debate, or an ABSA run.
+
+        An ABSA batch is replayed by sentence id (see :meth:`from_absa`).
 
         Raises:
-            UsageError: no such run, or the run is not a finished debate.
+            UsageError: no such run, or the run is not a finished debate or ABSA run.
         """
         record = store.get(store.resolve_id(run_id))
+        if record.kind == "absa" and record.config.get("batch"):
+            units = sorted(store.iter_items(record.id), key=lambda i: int(i.data.get("index", 0)))
+            if not units:
+                raise UsageError(f"run {record.id} has no stored sentence to replay (status {record.status})")
+            return cls.from_absa({u.item: u.data["result"] for u in units}, **kwargs)
         if record.result is None:
             raise UsageError(f"run {record.id} has no stored result to replay (status {record.status})")
+        if record.kind == "absa":
+            return cls.from_absa(record.result, **kwargs)
         return cls.from_result(record.result, **kwargs)
 
     def _slot(self, request: ModelRequest) -> _Slot:
         meta = request.metadata
         speaker, phase = str(meta.get("speaker", "")), str(meta.get("phase") or "turn")
-        item, method = meta.get("item"), meta.get("method")
+        item, method = meta.get("item", current_unit()), meta.get("method")
         return (
             speaker,
             int(meta.get("round", 0) or 0),
@@ -377,7 +456,8 @@ class ReplayModel(Model):
     def _recorded(self, slot: _Slot) -> dict[str, Any] | None:
         replies = self._replies.get(slot)
         if not replies and slot[2] == "judge":  # a judge is recorded with its last round's number
-            replies = next((v for k, v in self._replies.items() if k[0] == slot[0] and k[2] == "judge"), None)
+            judge = (slot[0], "judge", slot[3])
+            replies = next((v for k, v in self._replies.items() if (k[0], k[2], k[3]) == judge), None)
         if not replies and slot[2] == "bench" and slot[1] == 0:
             # Round 0 is the same sample in every plain method: any method's recording serves.
             found = next((v for k, v in self._replies.items() if k[:4] == slot[:4] and v), None)
@@ -399,11 +479,17 @@ class ReplayModel(Model):
         if recorded is None:
             if self.live is not None:
                 return await self.live.request(request)
-            who = {"speaker": slot[0], "round": slot[1], "phase": slot[2]}
+            who: dict[str, Any] = {"speaker": slot[0], "round": slot[1], "phase": slot[2]}
             where = f"round {slot[1]}, {slot[2]}"
-            if slot[3] is not None:
+            sentence = self.sentences.get(slot[3])
+            if sentence is not None:  # an ABSA record: name the sentence (and its id in a batch)
+                who |= {"item": slot[3], "sentence": sentence}
+                short = sentence if len(sentence) <= 60 else sentence[:59] + "…"
+                where += (", sentence" if slot[3] is None else f", sentence {slot[3]}") + f" {short!r}"
+            elif slot[3] is not None:
                 who |= {"item": slot[3], "method": slot[4]}
                 where += f", item {slot[3]}, {slot[4]}"
+            self.missing.append(who)
             raise ReplayMissingError(
                 f"the recorded run has no reply for {slot[0]} ({where}); a replay sends no request",
                 request=who,
@@ -417,5 +503,8 @@ class ReplayModel(Model):
             text = str(recorded["raw"])
         else:  # the recorded turn failed without a reply: it fails again, the same way
             why = recorded.get("error") or "no reply"
-            raise ModelResponseError(f"replayed failure: {why}", model=self.name)
-        return ModelResponse(text=text, usage=Usage(cached=1), model=self.name, finish_reason="stop")
+            failure = ModelResponseError(f"replayed failure: {why}", model=self.name)
+            failure.retryable = False  # once: a retry would take the next recorded reply
+            raise failure
+        finish = recorded.get("finish_reason") or "stop"  # a reply cut at the cap is read as one again
+        return ModelResponse(text=text, usage=Usage(cached=1), model=self.name, finish_reason=finish)
