@@ -386,3 +386,23 @@ def test_the_transcript_of_a_bench_agent_shows_what_it_was_sent(
     assert "What is the result of" in single.inner_text()  # one agent: its prompt in its own transcript
     assert page.dialogs == []
     _shot(page, shots, "view-bench-transcript.png")
+
+
+def test_the_transcript_of_an_absa_stage_shows_what_it_was_sent(
+    filled: dict[str, str], page: Any, serve: Callable[[Path], str], shots: Path
+) -> None:
+    base = serve(Path(os.environ["MOOT_STORE"]))
+    for url in (f"/runs/{filled['absa']}", f"/runs/{filled['absa_batch']}/items/s1"):
+        page.goto(base + url)
+        stages = page.locator("table.stages tbody tr").evaluate_all("els => els.map(e => e.dataset.stage)")
+        assert stages[0] == "ate" and "atsa" in stages, url
+        ate = page.locator('details.stage-transcript[data-stage="ate"]').first
+        assert not ate.locator("ol.messages").is_visible()  # collapsed until asked for
+        ate.locator("summary").first.click()
+        ate.locator("li.role-system summary").first.click()  # a system prompt opens on request too
+        shown = ate.inner_text()
+        assert "You are an aspect term extractor" in shown  # the stage's prompt, as sent
+        assert "The battery life is terrible." in shown  # the sentence in it
+        assert "raw reply" in shown.lower() and "parsed output" in shown.lower()
+        assert page.dialogs == []
+    _shot(page, shots, "view-absa-stages.png")

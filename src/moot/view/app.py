@@ -35,8 +35,9 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 import moot.view.shape as shape
 
 from ..app.compare import as_json, compare_runs
+from ..app.records import load_result, read_store
 from ..errors import UsageError
-from ..runs import RunRecord, RunStore, load_result
+from ..runs import RunRecord, RunStore
 
 __all__ = ["LOOPBACK", "create_app"]
 
@@ -109,7 +110,7 @@ def create_app(store_path: str | Path, *, token: str | None = None, host: str = 
     if not Path(store_path).is_file():
         raise UsageError(f"no run store at {store_path}")
     try:
-        store = RunStore(store_path, must_exist=True)
+        store = read_store(store_path)  # the application layer opens the store
     except UsageError as exc:
         return _store_error_app(str(exc), token=token, host=host)
     app = FastAPI(
@@ -461,6 +462,8 @@ def _absa_context(result: Any, config: dict[str, Any]) -> dict[str, Any]:
         "thresholds": cfg.thresholds() if cfg is not None else None,
         "moderator_thresholds": cfg.moderator if cfg is not None else None,
         "debate": shape.debate_view(result.debate) if result.debate is not None else None,
+        "stage_requests": result.stage_requests,
+        "stage_shared": shape.shared_system_prompts([r.messages for r in result.stage_requests or []]),
     }
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "highlight",
     "protocol_of",
     "shared_messages",
+    "shared_system_prompts",
     "turn_error",
     "turn_key",
 ]
@@ -165,6 +166,24 @@ def _speakers(personas: list[Persona], turns: list[Turn]) -> list[Persona]:
             out.append(Persona(key=t.speaker, name=t.speaker, stance=t.stance))
             known.add(t.speaker)
     return out
+
+
+def shared_system_prompts(messages: list[list[Any]]) -> dict[str, int]:
+    """System prompts sent in two requests or more, numbered in the order first sent.
+
+    ``messages`` holds each request's messages; a shared prompt is shown once above the
+    requests and referred to in each.
+    """
+    seen: dict[str, int] = {}
+    for sent in messages:
+        for m in {m.content for m in sent if m.role == "system"}:
+            seen[m] = seen.get(m, 0) + 1
+    order: list[str] = []
+    for sent in messages:
+        for m in sent:
+            if m.role == "system" and seen[m.content] > 1 and m.content not in order:
+                order.append(m.content)
+    return {text: i for i, text in enumerate(order, 1)}
 
 
 def debate_view(result: DebateResult | None, turns: list[Turn] | None = None, topic: str = "") -> DebateView:
