@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -230,5 +231,44 @@ def test_missing_key() -> None:
 
 def test_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
-    assert AnthropicModel.from_spec("claude-sonnet-4-5").name == "anthropic:claude-sonnet-4-5"
+    assert AnthropicModel.from_spec("claude-opus-4-6").name == "anthropic:claude-opus-4-6"
     assert AnthropicModel.from_spec("").name == "anthropic:claude-haiku-4-5"
+
+
+@pytest.mark.usefixtures("allow_requests")
+def test_models_on_one_endpoint_share_one_gate() -> None:
+    """Two Claude models on one endpoint: one adaptive limit, and a 429 answered to one pauses
+    the other for its Retry-After (a gate per model object would send it at once)."""
+    from moot.models.retry import call_model
+
+    sent: list[tuple[str, float]] = []
+
+    def serve(request: Any) -> Any:
+        name = json.loads(request.content)["model"]
+        sent.append((name, time.monotonic()))
+        if len(sent) == 1:
+            return error(429, {"retry-after": "0.4"})
+        return ok(message([{"type": "text", "text": "fine"}]))
+
+    haiku = AnthropicModel("claude-haiku-4-5", api_key="k", base_url="https://claude.test/")
+    sonnet = AnthropicModel("claude-opus-4-6", api_key="k", base_url="https://claude.test")
+    other = AnthropicModel("claude-haiku-4-5", api_key="k", base_url="https://other.test")
+    plain = ModelRequest(messages=[Message(role="user", content="hi")])
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(serve)) as client:
+            for m in (haiku, sonnet, other):
+                m._http_client = client
+            assert haiku.gate() is sonnet.gate() is not other.gate()
+            first = asyncio.ensure_future(call_model(haiku, plain))
+            while not sent or haiku.pause_left() == 0:
+                await asyncio.sleep(0.01)
+            await call_model(sonnet, plain)  # waits out the pause the 429 to haiku set
+            await first
+
+    asyncio.run(go())
+    assert [name for name, _ in sent][:1] == ["claude-haiku-4-5"]
+    sonnet_at = next(t for name, t in sent if name == "claude-opus-4-6")
+    assert sonnet_at - sent[0][1] >= 0.35
+    (stats,) = sonnet.endpoint_stats()
+    assert stats["endpoint"] == "https://claude.test" and stats["throttled"] == 1 and stats["sent"] == 3

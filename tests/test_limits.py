@@ -352,6 +352,29 @@ class TestServers:
         assert server.throttled <= 10 + 0.15 * 120, server.throttled  # the first burst: 30 - 20
         assert stats["paced"] is not None or server.throttled == 0
 
+    def test_models_sending_to_one_endpoint_share_its_gate(self) -> None:
+        """Two model objects on one server, one over the lean stack and one over the openai SDK:
+        one limit and one Retry-After pause for both, so the server's 429s are shared too."""
+        pytest.importorskip("openai")
+        with LimitServer("rate", rate=20, latency=0.02) as server:
+            lean = OpenAIModel("a", base_url=server.url)
+            sdk = OpenAIModel("b", base_url=server.url + "/", http="sdk")
+
+            async def go() -> None:
+                try:
+                    calls = [call_model(m, PLAIN) for m in (lean, sdk) for _ in range(40)]
+                    await asyncio.gather(*calls)
+                finally:
+                    await lean.aclose()
+                    await sdk.aclose()
+
+            run(go())
+        (shared,) = sdk.endpoint_stats()
+        assert lean.endpoint_stats()[0] == shared  # one endpoint's counters, seen from either model
+        assert shared["endpoint"] == server.url
+        assert shared["sent"] == server.requests == 80 + server.throttled
+        assert shared["throttled"] == server.throttled
+
     def test_rate_limit_past_the_budget_fails_with_the_reason(self) -> None:
         with LimitServer("rate", rate=1, latency=0.0) as server:
             model = OpenAIModel("m", base_url=server.url)

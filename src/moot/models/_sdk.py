@@ -23,6 +23,9 @@ class SDKModel(Model):
     sdk_client: ClassVar[tuple[str, str]]
     """(module, class) of the SDK's async client, e.g. ``("openai", "AsyncOpenAI")``."""
 
+    default_base_url: ClassVar[str]
+    """The SDK's own endpoint, when ``base_url`` is None."""
+
     _api_key: str
     base_url: str | None
 
@@ -33,6 +36,13 @@ class SDKModel(Model):
         self.request_timeout = self.timeout
         self._http_client = http_client
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+    def endpoint_url(self) -> str:
+        """The endpoint: ``base_url``, else the SDK's own.
+
+        Every model object sending there shares its concurrency gate, whichever HTTP stack it uses.
+        """
+        return (self.base_url or self.default_base_url).rstrip("/")
 
     def _new_client(self) -> Any:
         """Create the SDK client (called inside the running loop, SDK imported lazily).

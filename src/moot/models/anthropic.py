@@ -129,6 +129,7 @@ class AnthropicModel(SDKModel):
     """
 
     sdk_client = ("anthropic", "AsyncAnthropic")
+    default_base_url = "https://api.anthropic.com"
 
     def __init__(
         self,

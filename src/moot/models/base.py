@@ -15,8 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+import moot.redact as redact
+
 from ..errors import ModelRequestsBlocked
-from .limits import DEFAULT_CAP, Endpoint, Gate
+from .limits import DEFAULT_CAP, Endpoint, Gate, shared_gate
 
 __all__ = [
     "ALLOW_MODEL_REQUESTS",
@@ -366,17 +368,29 @@ class Model(ABC):
             gates = self._gates = weakref.WeakKeyDictionary()
         gate = gates.get(loop)
         if gate is None:
+            url = self.endpoint_url()
             window = min(10.0, self.request_timeout or 10.0)
-            endpoint = Endpoint(
-                self.name, effective_cap(self), adaptive=self.adaptive_concurrency, window=window
-            )
-            gate = gates[loop] = Gate([endpoint])
+
+            def build() -> Gate:
+                name = redact.url(url) if url is not None else self.name
+                cap = effective_cap(self)
+                return Gate([Endpoint(name, cap, adaptive=self.adaptive_concurrency, window=window)])
+
+            gate = gates[loop] = shared_gate([url], build) if url is not None else build()
         self._gate = gate  # the latest, for endpoint_stats()
         limit = gate.endpoints[0].limit
         want = effective_cap(self)
         if (want if want is not None else DEFAULT_CAP) != limit.cap:
             limit.set_cap(want)
         return gate
+
+    def endpoint_url(self) -> str | None:
+        """The endpoint this model sends to; None (the default): a gate of its own, named after it.
+
+        Every model object sending to one endpoint shares its concurrency gate
+        (:func:`~moot.models.limits.shared_gate`).
+        """
+        return None
 
     def pause_left(self) -> float:
         """Seconds until an endpoint of this model takes requests again after a Retry-After (0: now)."""

@@ -72,6 +72,7 @@ import asyncio
 import contextlib
 import math
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,7 @@ __all__ = [
     "Outcome",
     "RatePacer",
     "Ticket",
+    "shared_gate",
 ]
 
 DEFAULT_CAP = 512
@@ -711,3 +713,27 @@ class Gate:
     def snapshot(self) -> list[dict[str, object]]:
         """Each endpoint's counters (:meth:`Endpoint.snapshot`)."""
         return [ep.snapshot() for ep in self.endpoints]
+
+
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], Gate]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_gate(urls: Sequence[str], build: Callable[[], Gate]) -> Gate:
+    """The running event loop's gate for the endpoints ``urls``, built by ``build`` the first time.
+
+    Every model object that sends to the same endpoints (two ``openai:`` models served by one
+    vLLM, an SDK client and the lean one, several debaters on ``anthropic:``) shares one gate,
+    so their requests count in one limit and one Retry-After pauses them all. One per event
+    loop, as asyncio objects belong to one loop.
+    """
+    loop = asyncio.get_running_loop()
+    gates = _SHARED.get(loop)
+    if gates is None:
+        gates = _SHARED[loop] = {}
+    key = tuple(urls)
+    gate = gates.get(key)
+    if gate is None:
+        gate = gates[key] = build()
+    return gate

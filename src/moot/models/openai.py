@@ -190,6 +190,7 @@ class OpenAIModel(SDKModel):
     """
 
     sdk_client = ("openai", "AsyncOpenAI")
+    default_base_url = DEFAULT_BASE_URL
     supports_n = True
 
     def __init__(

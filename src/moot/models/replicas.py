@@ -44,7 +44,7 @@ import moot.redact as redact
 from ..errors import UsageError
 from ._http import LeanTransport, RawResponse, TransportError, parse_retry_after
 from .base import _CURRENT_STATS, note_extra_request
-from .limits import DEFAULT_CAP, Endpoint, Gate, Outcome, Ticket
+from .limits import DEFAULT_CAP, Endpoint, Gate, Outcome, Ticket, shared_gate
 
 __all__ = ["Replica", "ReplicaPool", "split_endpoints"]
 
@@ -163,12 +163,19 @@ class ReplicaPool:
         loop = asyncio.get_running_loop()
         gate = self._gates.get(loop)
         if gate is None:
-            if not self._gates and not any(r.endpoint.sent_total for r in self.replicas):
-                gate = self.gate  # the first loop takes the gate built with the pool
-            else:
-                gate = Gate([self._endpoint(r.base_url, self._cap) for r in self.replicas])
-            self._gates[loop] = gate
+
+            def build() -> Gate:
+                if not self._gates and not any(r.endpoint.sent_total for r in self.replicas):
+                    return self.gate  # the first loop takes the gate built with the pool
+                return Gate([self._endpoint(r.base_url, self._cap) for r in self.replicas])
+
+            # Every pool (model object) sending to these endpoints in this loop shares one gate.
+            gate = self._gates[loop] = shared_gate([r.base_url for r in self.replicas], build)
             self._by_endpoint.update({ep: r for ep, r in zip(gate.endpoints, self.replicas, strict=True)})
+            if self._cap is not None:  # a gate another pool built: this pool's cap applies too
+                for ep in gate.endpoints:
+                    if ep.limit.cap > self._cap:
+                        ep.limit.set_cap(self._cap)
         if gate is not self.gate or self.replicas[0].endpoint is not gate.endpoints[0]:
             self.gate = gate
             for ep, r in zip(gate.endpoints, self.replicas, strict=True):
