@@ -236,7 +236,10 @@ def test_absa_cli_batch_on_ray(tmp_path: Path, capsys: pytest.CaptureFixture[str
     stored = RunStore(store).list(kind="absa")
     on_ray = next(r for r in stored if "workers" in r.summary)
     assert sum(w["units"] for w in on_ray.summary["workers"]) == 5
-    assert len(list(RunStore(store).iter_items(on_ray.id))) == 5
+    units = list(RunStore(store).iter_items(on_ray.id))
+    assert len(units) == 5
+    # Each sentence's stage requests came back from its worker and are kept, as on one machine.
+    assert all(u.data["result"]["stage_requests"][0]["stage"] == "ate" for u in units)
 
 
 def _hanging_absa_model() -> FunctionModel:

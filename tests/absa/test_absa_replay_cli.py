@@ -95,6 +95,16 @@ def test_moot_absa_from_replay_one_sentence(
     assert replayed.id != source.id
     assert replayed.config["from_run"] == source.id and replayed.config["replay"] == {"from_run": source.id}
     assert replayed.config["sentence"] == SENTENCES[0]
+    # A replay replays in turn; --from without --replay runs it live, with the model it replayed.
+    assert main(["absa", "--from", replayed.id, "--replay", *base]) == code
+    assert _newest(store).model == "replay:openai:m"
+    assert _without_timings(json.loads(capsys.readouterr().out)) == _without_timings(first)
+    assert server.requests == served
+    assert main(["absa", "--from", replayed.id, *base]) in (0, 1)
+    live = json.loads(capsys.readouterr().out)
+    assert server.requests == served + live["usage"]["calls"] and live["usage"]["calls"] > 6
+    assert _newest(store).config["model"] == "openai:m"
+    served = server.requests
 
     # A setting that needs replies never recorded: the stage and the sentence named, nothing sent.
     assert main(["absa", SENTENCES[1], "--model", "openai:m", "--config", "abl_no_debate", *base]) in (0, 1)

@@ -230,6 +230,8 @@ def _rerun(
         raise UsageError("--from re-runs the recorded sentences: give no SENTENCE or --input with it")
     recorded = recorded_absa(from_run, store)
     if not replay:
+        if recorded.model == "replay" and model is None:  # a replay of replies from several models
+            raise UsageError(f"run {recorded.id[:8]} was a replay: give --model to run it live")
         return recorded, None
     if model is not None:
         raise UsageError("--replay answers every request from the record: it takes no --model")
@@ -343,7 +345,8 @@ def register(app: typer.Typer) -> None:
         runner: str | Model | None = model
         extra: dict[str, Any] = {}  # what the record adds: the run this one re-runs or replays
         if recorded is not None:
-            runner = replayer if replayer is not None else model or recorded.model
+            live = (recorded.model or "").removeprefix("replay:") or None  # a replay's: the model replayed
+            runner = replayer if replayer is not None else model or live
             extra["from_run"] = recorded.id
             if replay:
                 extra["replay"] = {"from_run": recorded.id}

@@ -260,10 +260,9 @@ def _debate_turns(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _replay_name(models: set[Any]) -> str:
-    """``replay:<model>`` when the record has one model, else ``replay``."""
-    models.discard(None)
-    models.discard("")
-    return f"replay:{models.pop()}" if len(models) == 1 else "replay"
+    """``replay:<model>`` when the record has one model (a replay's: the one it replayed), else ``replay``."""
+    names = {str(m).removeprefix("replay:") for m in models if m}
+    return f"replay:{names.pop()}" if len(names) == 1 else "replay"
 
 
 class ReplayModel(Model):
