@@ -472,3 +472,74 @@ def test_an_absa_batch_has_a_span_per_sentence_with_its_own_steps(observed: InMe
         assert "debate" in names and len(names) == len(set(names))  # its own steps, once each
         (debate_step,) = [s for s in steps if (s.attributes or {})["moot.step"] == "debate"]
         assert [s.name.split()[0] for s in _children(finished, debate_step)] == ["invoke_workflow"]
+
+
+def test_plain_bench_methods_have_a_chat_span_per_request_under_their_unit(
+    observed: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    from moot.bench.runner import BenchConfig, run_bench
+    from moot.runs import RunStore
+
+    def answer(request: ModelRequest) -> str:
+        if request.metadata.get("item") == "arithmetic-1" and request.metadata.get("round") == 1:
+            raise ModelHTTPError(400, "bad request", model="fn")  # not retried: that unit fails
+        return "The result is (7)."
+
+    config = BenchConfig(
+        task="arithmetic", methods=["single", "vote:3", "society:3:2"], n=3, concurrency=4, max_errors=10
+    )
+    store = tmp_path / "runs.db"
+    model = FunctionModel(answer, name="fn:plain")
+    run = asyncio.run(run_bench(config, model=model, out=tmp_path / "b", store=store))
+    assert {(r.item_id, r.method) for r in run.records} == {
+        (f"arithmetic-{i}", m) for i in range(3) for m in ("single", "vote:3")
+    } | {("arithmetic-0", "society:3:2"), ("arithmetic-2", "society:3:2")}
+    finished = observed.get_finished_spans()
+    units = {s.context.span_id: s for s in finished if s.name.startswith("unit ")}
+    chats = [s for s in finished if (s.attributes or {}).get("gen_ai.operation.name") == "chat"]
+    # Round 0's three samples are asked once per item and shared by single, vote:3 and the
+    # society; round 1 is the society's own: 6 requests an item, one span each, under its unit.
+    seen = Counter()
+    for chat in chats:
+        assert chat.parent is not None and chat.parent.span_id in units
+        unit = units[chat.parent.span_id]
+        a = chat.attributes or {}
+        item = str((unit.attributes or {})["moot.unit"])
+        seen[(item, a["moot.agent"], a["moot.round"])] += 1
+        assert a["gen_ai.provider.name"] == "fn" and a["gen_ai.request.model"] == "plain"
+        assert unit.start_time is not None and chat.start_time is not None and chat.end_time is not None
+        if a["moot.round"] == 1:
+            assert str((unit.attributes or {})["moot.part"]) == "society:3:2"
+        if item == "arithmetic-1" and a["moot.round"] == 1:
+            assert a["error.type"] == "ModelHTTPError" and chat.status.status_code == trace.StatusCode.ERROR
+            assert unit.status.status_code == trace.StatusCode.ERROR  # the failed unit holds its requests
+        else:
+            assert "error.type" not in a and a["gen_ai.usage.output_tokens"] > 0
+    assert seen == Counter(
+        {(f"arithmetic-{i}", agent, r): 1 for i in (0, 2) for agent in range(3) for r in (0, 1)}
+    ) | {k: n for k, n in seen.items() if k[0] == "arithmetic-1"}
+    # arithmetic-1's society failed in round 1 and was retried twice (run_bench's unit_retries):
+    # each attempt is a failed unit span holding the requests it made (a request cancelled by its
+    # sibling's failure made no span).
+    failed = [u for u in units.values() if u.status.status_code == trace.StatusCode.ERROR]
+    assert len(failed) == 3 and {str((u.attributes or {})["moot.unit"]) for u in failed} == {"arithmetic-1"}
+    for unit in failed:
+        mine = [c for c in chats if c.parent is not None and c.parent.span_id == unit.context.span_id]
+        assert any((c.attributes or {}).get("error.type") == "ModelHTTPError" for c in mine)
+    with RunStore(store) as runs:
+        (stored,) = runs.list()
+        assert not [e for e in runs.events(stored.id) if e.kind == "model_request"]  # never stored
+
+
+def test_a_plain_bench_nobody_listens_to_builds_no_request_records(tmp_path: Path, monkeypatch) -> None:
+    from moot.bench.methods import MethodContext
+    from moot.bench.runner import BenchConfig, run_bench
+    from moot.models import resolve_model
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a request record built while nobody listens")
+
+    monkeypatch.setattr(MethodContext, "_request_record", refuse)
+    config = BenchConfig(task="arithmetic", methods=["vote:3"], n=2)
+    run = asyncio.run(run_bench(config, model=resolve_model("test"), out=tmp_path / "b"))
+    assert len(run.records) == 2

@@ -124,7 +124,9 @@ __all__ = [
 EndStatus = Literal["complete", "fell_back", "skipped", "failed", "interrupted"]
 """How a run ended (see the module docstring)."""
 
-PipelineEventKind = Literal["bench_started", "unit_completed", "unit_failed", "progress", "human_review"]
+PipelineEventKind = Literal[
+    "bench_started", "unit_completed", "unit_failed", "model_request", "progress", "human_review"
+]
 """The kinds of :class:`PipelineEvent`:
 
 - ``bench_started``: a benchmark starts; ``data = {"total": units wanted, "done": units resumed}``.
@@ -135,6 +137,11 @@ PipelineEventKind = Literal["bench_started", "unit_completed", "unit_failed", "p
   the run's units, not as events.
 - ``unit_failed``: a benchmark unit failed (a resume retries it);
   ``data = {"item_id", "method", "error"}``.
+- ``model_request``: a plain model request of a benchmark unit (``single``, ``vote:K``,
+  ``society:N:T``; a round-0 sample shared by several methods is the request of the unit that
+  asked for it) ended, answered or failed, sent only while someone listens: ``unit`` = item id,
+  ``part`` = method, ``request`` = its :class:`~moot.transcript.RequestRecord`,
+  ``data = {"agent": i, "round": r}``. In memory only: the run store keeps none.
 - ``progress``: an arbitration step, seed 004's callback as data:
   ``data = {"stage", "status", "data", "latency_ms"}``; ``status`` is ``running``, ``progress``
   (``data = {"done", "total"}`` after each contradiction) or ``complete``.
@@ -156,6 +163,8 @@ class PipelineEvent(BaseModel):
     """``unit_completed``: the unit's part (a bench method, an evaluated method); may be empty."""
     correct: bool | None = None
     """``unit_completed``: whether the unit's answer is right, when it is scored."""
+    request: BaseModel | None = Field(None, exclude=True)
+    """``model_request``: the request's :class:`~moot.transcript.RequestRecord` (never serialised)."""
     time: float = Field(default_factory=time.time)
     """Unix seconds."""
 

@@ -2,8 +2,9 @@
 
 What it writes, per event:
 
-- :class:`~moot.observe.PipelineEvent` ``unit_completed``: one stored unit (``put_item``); any
-  other pipeline event: one stored event of its ``kind`` with its ``data``;
+- :class:`~moot.observe.PipelineEvent` ``unit_completed``: one stored unit (``put_item``);
+  ``model_request`` (a unit's plain requests): nothing; any other pipeline event: one stored
+  event of its ``kind`` with its ``data``;
 - for a debate (kind ``run``) and a one-sentence ABSA run, every other event too: a debate's
   :class:`~moot.transcript.Event` (a completed debate's result kept in summary in its event; the
   whole result is the run's ``result_json``) and ABSA's ``StageEvent``. Runs made of units (a
@@ -133,6 +134,8 @@ class StoreRecorder:
         if isinstance(event, PipelineEvent):
             if event.kind == "unit_completed" and event.unit is not None:
                 rec.item(event.unit, event.data, part=event.part, correct=event.correct)
+            elif event.kind == "model_request":
+                return  # a unit's requests, as a debate's events inside a unit, are not kept
             else:
                 rec.event(event.kind, event.data)
         elif self._all_events:

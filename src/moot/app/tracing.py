@@ -160,6 +160,14 @@ def _reply_json(text: str, finish_reason: str | None) -> str:
     return json.dumps([message], ensure_ascii=False)
 
 
+def _chat_content(req: RequestRecord, attrs: dict[str, Any]) -> None:
+    """A request's messages and reply (content capture on)."""
+    if req.messages:
+        attrs["gen_ai.input.messages"] = _messages_json(req.messages)
+    if req.reply is not None:
+        attrs["gen_ai.output.messages"] = _reply_json(req.reply, req.finish_reason)
+
+
 def _content(value: Any) -> str:
     """Captured content as an attribute: JSON for data, credentials masked (:mod:`moot.redact`)."""
     if isinstance(value, str):
@@ -379,8 +387,11 @@ class DebateTracer:
             self._evaluation(root, t, turn.ended)
         span.end(_ns(turn.ended))
 
-    def chat_span(self, req: RequestRecord, parent: Context) -> None:
-        """One ``chat`` span for a finished request, under ``parent`` (its times are the request's)."""
+    def chat_span(self, req: RequestRecord, parent: Context, extra: Mapping[str, Any] | None = None) -> None:
+        """One ``chat`` span for a finished request, under ``parent`` (its times are the request's).
+
+        ``extra``: more attributes (a benchmark's plain request: its agent and round).
+        """
         model = model_name(req.model)
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
@@ -389,6 +400,8 @@ class DebateTracer:
             "gen_ai.usage.input_tokens": req.usage.prompt_tokens,
             "gen_ai.usage.output_tokens": req.usage.completion_tokens,
         }
+        if extra:
+            attrs.update(extra)
         # Each attribute costs ~5 us to make and export: the rare ones only when they say something.
         if req.attempt:
             attrs["moot.attempt"] = req.attempt
@@ -407,10 +420,7 @@ class DebateTracer:
         if req.error_kind:
             attrs["error.type"] = req.error_kind
         if self.capture:
-            if req.messages:
-                attrs["gen_ai.input.messages"] = _messages_json(req.messages)
-            if req.reply is not None:
-                attrs["gen_ai.output.messages"] = _reply_json(req.reply, req.finish_reason)
+            _chat_content(req, attrs)
         span = self._tracer.start_span(
             f"chat {model}",
             context=parent,
@@ -513,6 +523,8 @@ class TraceObserver:
         self._batch = False
         self._scopes: list[_Scope] = []
         self._workflow: str | None = None
+        # A benchmark unit's plain requests until the unit ends (its span is made then).
+        self._requests: dict[tuple[str, str], list[tuple[RequestRecord, dict[str, Any]]]] = {}
 
     def on_start(self, start: observe.RunStart) -> None:
         """Note the caller's context; open the root span of a pipeline run."""
@@ -551,6 +563,13 @@ class TraceObserver:
             self._step_started(str(getattr(event, "name", "")))
         elif kind == "step_completed":
             self._step_completed(event)
+        elif kind == "model_request":
+            request = getattr(event, "request", None)
+            if isinstance(request, RequestRecord):
+                key = (str(getattr(event, "unit", "")), str(getattr(event, "part", "")))
+                data = getattr(event, "data", {}) or {}
+                extra = {f"moot.{k}": data[k] for k in ("agent", "round") if isinstance(data.get(k), int)}
+                self._requests.setdefault(key, []).append((request, extra))
         elif kind in ("unit_completed", "unit_failed"):
             if not self._sentence_done(event):
                 self._unit(event)
@@ -574,6 +593,7 @@ class TraceObserver:
                 scope.span.set_status(self._trace.StatusCode.ERROR, end.status)
                 scope.span.end()
         self._scopes.clear()
+        self._requests.clear()  # units that never ended: their requests have no span to go under
         root = self._root
         if root is None:
             return
@@ -689,6 +709,11 @@ class TraceObserver:
                 },
                 _ns(ended),
             )
+        requests = self._requests.pop((str(unit), str(part)), ())
+        if requests and span.is_recording():
+            context = self._trace.set_span_in_context(span, self._single.context)
+            for req, extra in requests:
+                self.debates.chat_span(req, context, extra)
         if failed:
             span.set_status(self._trace.StatusCode.ERROR, "unit_failed")
         span.end(_ns(ended))

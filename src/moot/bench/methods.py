@@ -64,10 +64,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConfigError, ModelError, ModelHTTPError, ModelResponseError, RunError, UsageError
+from .. import observe
+from ..errors import (
+    ConfigError,
+    ModelError,
+    ModelHTTPError,
+    ModelResponseError,
+    RunError,
+    UsageError,
+    error_text,
+)
 from ..models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage
 from ..models.retry import RetryPolicy, call_model
-from ..transcript import RetryRecord
+from ..observe import PipelineEvent
+from ..transcript import RequestRecord, RetryRecord
 from .records import AgentAnswer, ItemRecord
 from .stats import majority, unanimous
 from .tasks import Item, Task
@@ -219,6 +229,16 @@ class _Asked:
     latency_s: float
     queue_s: float = 0.0
     retries: tuple[RetryRecord, ...] = ()
+
+
+def _request_event(item: Item, method: str, agent: int, round_: int, record: RequestRecord) -> PipelineEvent:
+    return PipelineEvent(
+        kind="model_request",
+        unit=item.id,
+        part=method,
+        request=record,
+        data={"agent": agent, "round": round_},
+    )
 
 
 class _SentTable:
@@ -390,8 +410,22 @@ class MethodContext:
                 )
             )
 
+        handle = observe.current()
+        listened = handle is not None and handle.listened
+        at = time.time()
         started = time.perf_counter()
-        response = await call_model(self.model, request, self.policy, on_retry=on_retry, stats=stats)
+        try:
+            response = await call_model(self.model, request, self.policy, on_retry=on_retry, stats=stats)
+        except Exception as exc:
+            if listened:
+                assert handle is not None
+                record = self._request_record(request, stats, retries, at, None, exc)
+                handle.emit(_request_event(item, method, agent, round_, record))
+            raise
+        if listened:  # a tracer makes the unit's chat spans from these (never stored)
+            assert handle is not None
+            record = self._request_record(request, stats, retries, at, response, None)
+            handle.emit(_request_event(item, method, agent, round_, record))
         return _Asked(
             response,
             list(messages),
@@ -399,6 +433,34 @@ class MethodContext:
             time.perf_counter() - started - stats.queue_s,
             stats.queue_s,
             tuple(retries),
+        )
+
+    def _request_record(
+        self,
+        request: ModelRequest,
+        stats: CallStats,
+        retries: list[RetryRecord],
+        started: float,
+        response: ModelResponse | None,
+        error: Exception | None,
+    ) -> RequestRecord:
+        """What one plain request did, as a debate turn's requests are recorded (only while listened)."""
+        endpoint = getattr(self.model, "base_url", None)
+        return RequestRecord(
+            model=self.model.name,
+            response_model=response.model if response is not None else "",
+            started=started,
+            ended=time.time(),
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            usage=stats.usage.model_copy(),
+            finish_reason=response.finish_reason if response is not None else None,
+            error_kind=type(error).__name__ if error is not None else None,
+            error=error_text(error) if error is not None else None,
+            retries=list(retries),
+            endpoint=endpoint if isinstance(endpoint, str) else None,
+            messages=request.messages,
+            reply=response.text if response is not None else None,
         )
 
     def score(self, item: Item, agent: str, text: str, finish: str | None = None) -> AgentAnswer:
