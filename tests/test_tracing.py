@@ -541,5 +541,9 @@ def test_a_plain_bench_nobody_listens_to_builds_no_request_records(tmp_path: Pat
 
     monkeypatch.setattr(MethodContext, "_request_record", refuse)
     config = BenchConfig(task="arithmetic", methods=["vote:3"], n=2)
-    run = asyncio.run(run_bench(config, model=resolve_model("test"), out=tmp_path / "b"))
+    # Recorded into a store (as the moot command does), traced by nobody: the store keeps no
+    # request events, so none is built.
+    run = asyncio.run(
+        run_bench(config, model=resolve_model("test"), out=tmp_path / "b", store=tmp_path / "runs.db")
+    )
     assert len(run.records) == 2

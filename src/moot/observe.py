@@ -25,6 +25,10 @@ An observer is any object with these three methods (see :class:`Observer`)::
 
     observe.register("printer", printer)
 
+An observer may also have an ``ignores`` attribute: the :class:`PipelineEvent` kinds it never
+uses (the run store's recorder ignores a benchmark's ``model_request`` events), so that nobody
+builds them when no other observer wants them (:meth:`RunHandle.wants`).
+
 A factory is called once per top-level run with its :class:`RunStart` and the door's options (a
 mapping; today ``{"store": <the store= spec>}``, more keys may come: ignore the ones you do not
 know). It returns an observer, or None to stay out of that run. ``on_start`` is then called
@@ -343,6 +347,17 @@ class RunHandle:
         if self.parent is not None:
             return self.parent.listened
         return bool(self.observers)
+
+    def wants(self, kind: str) -> bool:
+        """True when some observer of this run uses pipeline events of ``kind``.
+
+        An observer may name the :class:`PipelineEvent` kinds it never uses in an ``ignores``
+        attribute (a set of strings; none by default); a pipeline asks before building an event
+        that costs something to make, such as a ``model_request`` per plain model call.
+        """
+        if self.parent is not None:
+            return self.parent.wants(kind)
+        return any(kind not in getattr(obs, "ignores", ()) for obs in self.observers)
 
     def _call(self, what: str, arg: Any) -> None:
         for obs in list(self.observers):

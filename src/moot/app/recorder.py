@@ -98,6 +98,8 @@ class StoreRecorder:
         self.store = store
         self.recording = Recording(None, None)
         self._all_events = False
+        self.ignores: frozenset[str] = frozenset()
+        """The pipeline event kinds this recorder never stores (see :meth:`moot.observe.RunHandle.wants`)."""
 
     @property
     def run_id(self) -> str | None:
@@ -109,6 +111,8 @@ class StoreRecorder:
         # A debate and one ABSA sentence keep every event; the runs made of units (a bench, an ABSA
         # batch or evaluation) and an arbitration (its rulings hold their turns) keep only theirs.
         self._all_events = start.kind == "run" or (start.kind == "absa" and not start.config.get("batch"))
+        # A unit's plain requests are not kept: the pipeline need not build them for the store.
+        self.ignores = frozenset() if self._all_events else frozenset({"model_request"})
         self.recording = begin_recording(
             self.store,
             start.kind,

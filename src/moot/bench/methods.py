@@ -411,7 +411,7 @@ class MethodContext:
             )
 
         handle = observe.current()
-        listened = handle is not None and handle.listened
+        listened = handle is not None and handle.wants("model_request")
         at = time.time()
         started = time.perf_counter()
         try:
