@@ -115,3 +115,19 @@ def test_what_cannot_be_replayed_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not an ABSA result of sentence 1"):
         ReplayModel.from_absa({"1": {"topic": "x"}})
     store.close()
+
+
+RECORDED = Path(__file__).parents[1] / "data" / "recorded_absa_local.json"
+"""A real ``moot absa "The pasta was great but the service was slow." --model local`` (the embedded
+SmolLM2), its stored result as ``moot runs show --json`` gives it, stage requests included."""
+
+
+def test_a_recorded_real_absa_run_is_a_regression_test_with_no_server_or_model() -> None:
+    # Not an integration test: real model requests are blocked here, and none is needed.
+    recorded = FinalResult.model_validate_json(RECORDED.read_text(encoding="utf-8"))
+    replay = ReplayModel.from_absa(recorded)
+    assert replay.name == "replay:local"
+    again = asyncio.run(run_absa(recorded.sentence, model=replay))
+    _same(again, recorded)
+    assert again.label == recorded.label == "positive"
+    assert again.usage.calls == 0 and again.usage.cached == recorded.usage.calls == 11
