@@ -95,6 +95,8 @@ def test_moot_absa_from_replay_one_sentence(
     assert replayed.id != source.id
     assert replayed.config["from_run"] == source.id and replayed.config["replay"] == {"from_run": source.id}
     assert replayed.config["sentence"] == SENTENCES[0]
+    assert main(["runs", "show", replayed.id, "--store", str(store)]) == 0
+    assert f"replay of run {source.id}" in capsys.readouterr().out
     # A replay replays in turn; --from without --replay runs it live, with the model it replayed.
     assert main(["absa", "--from", replayed.id, "--replay", *base]) == code
     assert _newest(store).model == "replay:openai:m"

@@ -209,6 +209,15 @@ def _header(record: RunRecord, console: Console) -> None:
     )
     if record.error:
         console.print(f"[yellow]{markup(record.error)}[/]")
+    replay, source = record.config.get("replay"), record.config.get("from_run")
+    if isinstance(replay, dict):  # moot run/absa --from ID --replay; moot bench --replay DIR|ID
+        until = replay.get("until_round")
+        then = f" up to round {until}, then live" if until else ""
+        console.print(
+            f"[dim]replay of run {markup(str(replay.get('from_run') or replay.get('from')))}{then}[/]"
+        )
+    elif source:
+        console.print(f"[dim]re-run of run {markup(str(source))}[/]")
 
 
 @runs_app.command("show")
