@@ -456,22 +456,52 @@ def test_an_arbitration_is_a_root_with_a_debate_per_contradiction(observed: InMe
     assert len(debates) == 3
 
 
-def test_an_absa_batch_has_a_span_per_sentence_with_its_own_steps(observed: InMemorySpanExporter) -> None:
+def test_an_absa_batch_is_a_root_per_sentence_linked_to_the_batchs_root(
+    observed: InMemorySpanExporter,
+) -> None:
     from moot.absa import run_absa_batch
 
     sentences = ["The food was great.", "The service was slow.", "Nice view, bad coffee."]
     asyncio.run(run_absa_batch(sentences, model="test", concurrency=3, ids=["s1", "s2", "s3"]))
     finished = observed.get_finished_spans()
-    (root,) = _roots(finished)
-    assert root.name == "invoke_workflow moot.absa"
-    per_sentence = _children(finished, root)
-    assert sorted(s.name for s in per_sentence) == ["sentence s1", "sentence s2", "sentence s3"]
+    roots = _roots(finished)
+    (batch,) = [r for r in roots if r.name == "invoke_workflow moot.absa.batch"]
+    per_sentence = [r for r in roots if r is not batch]
+    assert len(roots) == 4 and len({r.context.trace_id for r in roots}) == 4  # four traces
+    assert sorted(str((s.attributes or {})["moot.unit"]) for s in per_sentence) == ["s1", "s2", "s3"]
     for sentence in per_sentence:
+        a = sentence.attributes or {}
+        assert sentence.name == "invoke_workflow moot.absa" and a["gen_ai.workflow.name"] == "moot.absa"
+        assert a["moot.batch"] is True and a["gen_ai.provider.name"] == "moot.test"
+        # linked both ways: the sentence to the batch, the batch to the sentence
+        assert [(link.context.span_id, (link.attributes or {})["moot.link"]) for link in sentence.links] == [
+            (batch.context.span_id, "batch")
+        ]
+        assert sentence.context.span_id in {link.context.span_id for link in batch.links}
         steps = _children(finished, sentence)
         names = [str((s.attributes or {})["moot.step"]) for s in steps]
         assert "debate" in names and len(names) == len(set(names))  # its own steps, once each
+        assert all(s.context.trace_id == sentence.context.trace_id for s in steps)
         (debate_step,) = [s for s in steps if (s.attributes or {})["moot.step"] == "debate"]
         assert [s.name.split()[0] for s in _children(finished, debate_step)] == ["invoke_workflow"]
+    assert {(link.attributes or {})["moot.link"] for link in batch.links} == {"sentence"} and len(
+        batch.links
+    ) == 3
+    assert not _children(finished, batch)  # the batch's work is in its sentences' traces
+
+
+def test_an_absa_batch_inside_a_callers_span_nests_its_root_only(
+    observed: InMemorySpanExporter, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    from moot.absa import run_absa_batch
+
+    with spans[0].get_tracer("app").start_as_current_span("request") as request:
+        asyncio.run(run_absa_batch(["Good food.", "Slow service."], model="test", ids=["a", "b"]))
+    finished = observed.get_finished_spans()
+    (batch,) = [s for s in finished if s.name == "invoke_workflow moot.absa.batch"]
+    assert batch.parent is not None and batch.parent.span_id == request.get_span_context().span_id
+    sentences = [s for s in finished if s.name == "invoke_workflow moot.absa"]
+    assert len(sentences) == 2 and all(s.parent is None for s in sentences)
 
 
 def test_plain_bench_methods_have_a_chat_span_per_request_under_their_unit(

@@ -509,7 +509,7 @@ class TraceObserver:
     A debate run's spans come from its own events; a pipeline run (``bench``, ``absa``,
     ``arbitrate``...) gets a root span of its own, made on :meth:`on_start` under the caller's
     current span, with its debates, steps and units beneath it; in an ABSA batch each sentence
-    is a span of its own with its steps and debate.
+    is a root (a trace) of its own with its steps and debate, linked to and from the batch's root.
     """
 
     def __init__(self, tracer: Tracer, *, capture: bool | None = None) -> None:
@@ -525,6 +525,7 @@ class TraceObserver:
         self._workflow: str | None = None
         # A benchmark unit's plain requests until the unit ends (its span is made then).
         self._requests: dict[tuple[str, str], list[tuple[RequestRecord, dict[str, Any]]]] = {}
+        self._sentence_attrs: dict[str, Any] = {}
 
     def on_start(self, start: observe.RunStart) -> None:
         """Note the caller's context; open the root span of a pipeline run."""
@@ -535,23 +536,23 @@ class TraceObserver:
             if isinstance(protocol, Mapping) and isinstance(protocol.get("name"), str):
                 self._workflow = protocol["name"]
             return
-        attrs: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_workflow",
-            "gen_ai.workflow.name": f"moot.{start.kind}",
-        }
+        self._batch = start.kind == "absa" and start.config.get("batch") is True
+        workflow = "moot.absa.batch" if self._batch else f"moot.{start.kind}"
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": workflow}
         if start.model:
             attrs["gen_ai.request.model"] = model_name(start.model)
             attrs["gen_ai.provider.name"] = provider_name(start.model)
+        # A batch's sentences are roots of their own: they carry the run's model, not its title.
+        self._sentence_attrs = {**attrs, "gen_ai.workflow.name": "moot.absa", "moot.batch": True}
         if self.debates.capture and start.title:
             attrs["moot.title"] = _content(start.title)
         self._root = self._tracer.start_span(
-            f"invoke_workflow moot.{start.kind}",
+            f"invoke_workflow {workflow}",
             context=parent,
             kind=self._trace.SpanKind.INTERNAL,
             attributes=attrs,
         )
         self._single.context = self.debates.parent = self._trace.set_span_in_context(self._root, parent)
-        self._batch = start.kind == "absa" and start.config.get("batch") is True
 
     def on_event(self, event: Any) -> None:
         """One event: a debate's (spans of that debate), an ABSA step, a benchmark unit."""
@@ -616,10 +617,26 @@ class TraceObserver:
             return held[1]
         if not create:
             return None
+        # Each sentence of a batch is a trace of its own (the issue's "a root per sentence with its
+        # stages"): a trace list (Phoenix's, Jaeger's search) then shows one row per sentence with
+        # its own duration and status, and a sentence's steps and debate are not lost among a
+        # thousand others. The batch stays one root too, linked both ways: each sentence's root
+        # links to the batch's span (Jaeger shows it under References, a click away), and the
+        # batch's span links to every sentence (from the batch, each sentence's trace).
+        links = []
+        if self._root is not None:
+            links.append(self._trace.Link(self._root.get_span_context(), {"moot.link": "batch"}))
         span = self._tracer.start_span(
-            "sentence", context=self._single.context, kind=self._trace.SpanKind.INTERNAL
+            "invoke_workflow moot.absa",
+            context=self._context.Context(),  # a new trace, not a child of the caller's span
+            kind=self._trace.SpanKind.INTERNAL,
+            attributes=self._sentence_attrs,
+            links=links,
         )
-        scope = _Scope(self._trace.set_span_in_context(span, self._single.context), span)
+        if self._root is not None:
+            self._root.add_link(span.get_span_context(), {"moot.link": "sentence"})
+        context = self._trace.set_span_in_context(span, self._context.Context())
+        scope = _Scope(context, span)
         _SCOPE.set((id(self), scope))
         self._scopes.append(scope)
         return scope
@@ -663,7 +680,6 @@ class TraceObserver:
         if scope is None or scope.span is None:
             return False
         unit = getattr(event, "unit", None)
-        scope.span.update_name(f"sentence {unit}")
         scope.span.set_attribute("moot.unit", str(unit))
         result = (getattr(event, "data", {}) or {}).get("result") or {}
         if isinstance(result, Mapping) and result.get("errors"):
