@@ -96,7 +96,9 @@ def test_arbitration_on_embedded_model() -> None:
             "findings": [{"metric": "rate", "value": 0.12, "citation": "[World Bank]", "confidence": 0.8}],
         },
     ]
-    result = arbitrate_sync(reports, model="local")
+    # No deadline, as the presets above: a loaded machine must not turn the one ruling into a timeout.
+    arbiter = Debate("arbitration", model="local", overrides={"timeout": None})
+    result = arbitrate_sync(reports, debate=arbiter, timeout_s=None)
     assert result.status == "complete" and result.contradictions_found == 1
     assert result.usage.calls in (1, 2)
     assert result.resolved + result.flagged_for_review == 1
