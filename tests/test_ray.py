@@ -363,3 +363,28 @@ def test_a_presets_bench_deadline_reaches_the_workers(tmp_path: Path) -> None:
     )
     assert run.complete and len(run.fell_back) == 2
     assert all(r.fallback == "timeout: the debate exceeded 0.5 s" and not r.correct for r in run.records)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_model_concurrency_reaches_the_workers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: int
+) -> None:
+    """``moot absa --input --ray --model-concurrency 2`` against a real server: the cap is per
+    endpoint, so the workers together never have more than 2 requests at it (each its share)."""
+    from limit_servers import LimitServer
+
+    inp = tmp_path / "in.jsonl"
+    sentences = [f"The soup was cold and the waiter number {i} was rude." for i in range(8)]
+    inp.write_text(
+        "".join(json.dumps({"id": f"s{i}", "sentence": s}) + "\n" for i, s in enumerate(sentences))
+    )
+    with LimitServer("ok", latency=0.1) as server:
+        argv = [
+            "absa", "--input", str(inp), "--model", f"openai:m?base_url={server.url}",
+            "--store", str(tmp_path / "runs.db"), "--output", str(tmp_path / "out.jsonl"),
+            "--concurrency", "4", "--ray", "auto", "--ray-workers", str(workers), "--model-concurrency", "2",
+        ]  # fmt: skip
+        main(argv)  # the server's canned reply is no ABSA answer: the exit code is not the point
+    capsys.readouterr()
+    assert server.requests >= 8  # every sentence reached the server
+    assert server.peak <= 2, server.peak

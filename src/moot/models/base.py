@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "cap_concurrency",
     "check_allow_model_requests",
+    "concurrency_cap",
     "current_unit",
     "default_request_timeout",
     "effective_cap",
@@ -112,6 +113,11 @@ def cap_concurrency(cap: int | None) -> None:
     applies, the smaller cap winning. The embedded model keeps its 1.
     """
     _CONCURRENCY_CAP.set(cap)
+
+
+def concurrency_cap() -> int | None:
+    """The cap :func:`cap_concurrency` set in the current context (None: none)."""
+    return _CONCURRENCY_CAP.get()
 
 
 def effective_cap(model: Model) -> int | None:

@@ -78,7 +78,9 @@ async def run_absa_batch_ray(
         config: as for ``run_absa_batch`` (loaded here once, sent to every worker).
         ray: the cluster and its width; ``concurrency`` is sentences in flight per worker.
         on_result: ``on_result(index, result)``, sync or async, called here in completion order.
-        model_concurrency: requests in flight at each worker's backend (None: the backend's own).
+        model_concurrency: requests in flight per endpoint for all the workers together, each
+            worker taking its share (None: the ``--model-concurrency`` cap of this context, else
+            the backend's own).
         timeout_s: seconds for the whole batch, counted from when the workers are ready (see the
             module docstring); None: no deadline.
 

@@ -19,7 +19,7 @@ from ..bench.records import ItemRecord
 from ..bench.runner import BenchConfig, BenchRun, RunObserver, run_bench
 from ..bench.tasks import Item, Task, make_task
 from ..errors import UsageError
-from ..models.base import Model
+from ..models.base import Model, concurrency_cap
 from ..models.retry import RetryPolicy
 from ._cluster import RayOptions, connect
 from ._pool import WorkerPool, worker_pool
@@ -87,6 +87,8 @@ ModelLike = str | Callable[[], Model] | None
 def model_source(model: ModelLike, max_concurrency: int | None = None) -> ModelSource:
     """What a worker needs to build ``model``: its spec or its factory.
 
+    ``max_concurrency`` (None: the ``--model-concurrency`` cap of the current context, if any)
+    is requests in flight per endpoint for all the workers together.
     A Model instance holds loop-bound resources and cannot cross processes, so it is refused.
     Providers registered by code on the driver go along, so their specs resolve on workers.
 
@@ -101,6 +103,8 @@ def model_source(model: ModelLike, max_concurrency: int | None = None) -> ModelS
             "or a function that builds it"
         )
     providers = {name: f for name, f in models._PROVIDERS.items() if callable(f)}
+    if max_concurrency is None:
+        max_concurrency = concurrency_cap()  # the driver's --model-concurrency reaches the workers
     if callable(model):
         return ModelSource(factory=model, providers=providers, max_concurrency=max_concurrency)
     return ModelSource(spec=model, providers=providers, max_concurrency=max_concurrency)
@@ -131,7 +135,9 @@ async def run_bench_ray(
             ``config.model``.
         out: the output directory, written by this process alone.
         ray: the cluster and its width; ``concurrency`` is units in flight per worker.
-        model_concurrency: requests in flight at each worker's backend (None: the backend's own).
+        model_concurrency: requests in flight per endpoint for all the workers together, each
+            worker taking its share (None: the ``--model-concurrency`` cap of this context, else
+            the backend's own).
         resume: continue the run in ``out``, as ``run_bench`` does.
         task: the task (default ``make_task(config.task)``); sent to every worker once.
         observer: progress hooks, called on this process as units come back.

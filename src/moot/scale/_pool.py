@@ -229,11 +229,15 @@ async def worker_pool(
 ) -> AsyncIterator[WorkerPool]:
     """A started :class:`WorkerPool` (``options.workers``, else one per CPU of the cluster), closed after.
 
-    Each worker asks for :func:`cpus_per_worker` CPUs, so on a cluster started for the run fewer
-    workers than CPUs still use them all (an in-process model sizes its threads by its share, see
-    :class:`ModelSource`).
+    A cap of requests in flight (``source.max_concurrency``) is per endpoint: each worker gets
+    its share, ``ceil(cap / workers)``. Each worker asks for :func:`cpus_per_worker` CPUs, so on
+    a cluster started for the run fewer workers than CPUs still use them all (an in-process
+    model sizes its threads by its share, see :class:`ModelSource`).
     """
     workers = options.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    if source.max_concurrency is not None:
+        # A cap is per endpoint, and every worker sends to it: each takes its share (rounded up).
+        source = dataclasses.replace(source, max_concurrency=-(-source.max_concurrency // workers))
     pool = WorkerPool(ray, source, job, workers, options, cpus=cpus_per_worker(ray, workers, options))
     try:
         await pool.start()

@@ -33,7 +33,10 @@ class ModelSource:
         factory: instead of ``spec``, a picklable ``factory()`` returning the model.
         providers: providers registered on the driver by code (``register_provider``),
             registered on the worker too so their specs resolve there.
-        max_concurrency: requests in flight at the worker's backend (None: its own).
+        max_concurrency: requests in flight at the worker's backend, per endpoint: its share of
+            ``--model-concurrency`` (:func:`~moot.scale.worker_pool` divides it among the
+            workers); a smaller cap of the model's own (``?max_concurrency=N``) still applies.
+            None: the backend's own.
         cpus: the CPUs the worker was given; an in-process model sizes its threads by them as
             a plain process does by the machine's (decoding with half, reading prompts with
             all: ``MOOT_LLAMA_THREADS``/``MOOT_LLAMA_BATCH_THREADS``, unless set already or
@@ -59,7 +62,8 @@ class ModelSource:
             register_provider(name, provider)
         model = self.factory() if self.factory is not None else resolve_model(self.spec)
         if self.max_concurrency is not None:
-            model.max_concurrency = self.max_concurrency
+            own = model.max_concurrency
+            model.max_concurrency = self.max_concurrency if own is None else min(own, self.max_concurrency)
         return model
 
 
