@@ -161,6 +161,12 @@ def test_moot_absa_from_replay_a_batch(
     assert replayed.config["replay"] == {"from_run": source.id} and replayed.config["batch"] is True
     assert main(["absa", "--from", source.id, "--replay", "--store", str(store)]) == 2
     assert "--from a batch needs --output" in capsys.readouterr().err
+    # --from without --replay: the recorded sentences again, live, under their ids.
+    live = tmp_path / "live.jsonl"
+    assert main(["absa", "--from", source.id, "--output", str(live), "--store", str(store)]) in (0, 1)
+    ids = [json.loads(line)["id"] for line in live.read_text().splitlines()]
+    assert sorted(ids) == ["s0", "s1", "s2"] and server.requests > served
+    assert _newest(store).config["from_run"] == source.id and "replay" not in _newest(store).config
 
 
 def test_moot_absa_replay_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
