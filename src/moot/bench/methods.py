@@ -64,7 +64,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .. import observe
+import moot.observe as observe
+
 from ..errors import (
     ConfigError,
     ModelError,
