@@ -66,3 +66,43 @@ def test_run_input_honours_the_cap_and_the_next_command_does_not_keep_it(tmp_pat
         models._CACHE.pop(spec, None)
     assert capped == 2
     assert server.peak > 2  # the cap lived only as long as its command
+
+
+@pytest.mark.usefixtures("allow")
+@pytest.mark.parametrize("command", ["run", "run --input", "absa", "absa --input"])
+def test_the_endpoints_limit_and_429s_are_shown_and_recorded(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server allowing 2 requests/s (429 + Retry-After: 1 beyond): each command says the
+    endpoint's limit range and 429s at the end, and its stored run keeps them (as a bench does)."""
+    store = tmp_path / "runs.db"
+    with LimitServer("rate", rate=2, latency=0.01) as server:
+        spec = f"openai:m?base_url={server.url}"
+        args = ["--model", spec, "--store", str(store)]
+        if command == "run":
+            args = ["run", "Is the sky blue?", *args]
+        elif command == "absa":
+            args = ["absa", "The soup was cold.", *args]
+        else:
+            lines = tmp_path / "in.jsonl"
+            row = {"topic": "Is the sky blue?"} if command == "run --input" else {"sentence": "Cold soup."}
+            lines.write_text("".join(json.dumps(row | {"id": str(i)}) + "\n" for i in range(2)))
+            name = command.split()[0]
+            args = [name, "--input", str(lines), "--output", str(tmp_path / "out.jsonl"), *args]
+        main(args)  # the canned reply may be no valid answer (absa): the exit code is not the point
+        models._CACHE.pop(spec, None)
+    out = capsys.readouterr()
+    shown = " ".join((out.out + out.err).split())
+    assert server.throttled > 0
+    assert f"endpoint {server.url}: limit " in shown
+    kind = "run" if command.startswith("run") else "absa"
+    from moot.runs import RunStore
+
+    runs = RunStore(store).list(kind=kind)
+    assert runs
+    recorded = [s for r in runs for s in (r.summary or {}).get("endpoints", [])]
+    assert recorded and all(s["endpoint"] == server.url for s in recorded)
+    last = max(int(s["throttled"]) for s in recorded)
+    assert last == server.throttled  # the count so far at the end of the (last) run
+    assert f"{last} answered 429/503" in shown
+    assert all(int(s["limit_low"]) <= int(s["limit_high"]) for s in recorded)

@@ -358,13 +358,17 @@ class DebateRun:
         await self.emit("debate_completed", result=self.result)
         if self.observed is not None:
             unreachable = unreachable_error(self.result)
+            # Each endpoint's concurrency limit range, 429s and time-outs, as a bench records them.
+            endpoints = self.debate.endpoint_stats()
+            summary = {"endpoints": endpoints} if endpoints else None
             if unreachable is not None and self.initial_answer is None:
                 # No answer at all, for a run-time reason: the run failed (its fallback result is kept).
                 error = f"cannot reach the model endpoint: {unreachable}"  # (which names its class)
-                self.observed.end("failed", self.result, error=error)
+                self.observed.end("failed", self.result, error=error, summary=summary)
             else:
                 # A fallback or a failed turn: stored fell_back, as the CLI exits 1 (a degraded result).
-                self.observed.end("fell_back" if self.result.degraded else "complete", self.result)
+                status: observe.EndStatus = "fell_back" if self.result.degraded else "complete"
+                self.observed.end(status, self.result, summary=summary)
         return self.result
 
     async def skip(self) -> DebateResult:

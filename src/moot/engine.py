@@ -17,6 +17,7 @@ from .deadline import Deadline, run_timeout_s
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
 from .models import Model, ModelLike, default_model_spec, model_info, resolve_model
+from .models.base import endpoint_stats
 from .models.cache import ResponseCache, open_cache, with_cache
 from .observe import RunStart
 from .prompting import load_prompt
@@ -159,6 +160,10 @@ class Debate:
             debate_mode=debate_mode,
         )
         return RunStart(kind="run", title=topic, model=model or default_model_spec(), config=config)
+
+    def endpoint_stats(self) -> list[dict[str, object]]:
+        """The endpoints of the models resolved so far (:func:`moot.models.base.endpoint_stats`)."""
+        return endpoint_stats(self._models.values())
 
     def model_for(self, key: str) -> Model:
         """The model that plays persona ``key`` (resolved and cached on first use)."""

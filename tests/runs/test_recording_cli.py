@@ -106,6 +106,8 @@ def test_absa_single_and_batch_are_recorded(
     results = load_result(store, batch.id)
     assert [r.sentence for r in results] == ["The battery life is terrible.", "Nice place."]
     assert [i.item for i in store.iter_items(batch.id)] == ["a", "2"]
+    endpoints = batch.summary.pop("endpoints")  # the model's limit range and 429s, as a bench's
+    assert [e["endpoint"] for e in endpoints] == ["recabsa:x"] and endpoints[0]["throttled"] == 0
     assert batch.summary == {"sentences": 2, "failed": 0} and batch.usage.calls > 0
 
 

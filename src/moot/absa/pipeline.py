@@ -168,7 +168,7 @@ async def _run_absa(
 
         rec = Recorder(on_progress=on_progress, on_event=forward)
         result = await _analyse(sentence, mdl, cfg, rec, Deadline.within(timeout_s, deadline))
-        run.end("fell_back" if result.failed else "complete", result)
+        run.end("fell_back" if result.failed else "complete", result, summary=_endpoints(mdl))
     return result
 
 
@@ -348,11 +348,17 @@ async def _run_absa_batch(
         results = await _batch(
             sentences, names, mdl, cfg, concurrency, done, Deadline.within(timeout_s, deadline)
         )
-        return BatchOutcome(results)
+        return BatchOutcome(results, _endpoints(mdl) or {})
 
     return await observed_batch(
         names, work, model=_spec(model), config=cfg, concurrency=concurrency, on_result=on_result, store=store
     )
+
+
+def _endpoints(model: Model) -> dict[str, Any] | None:
+    """A run summary's ``endpoints`` (limit range, 429s, time-outs), as a bench records them."""
+    stats = model.endpoint_stats()
+    return {"endpoints": stats} if stats else None
 
 
 @dataclass

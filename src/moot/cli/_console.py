@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -27,9 +28,9 @@ from rich.progress import (
 from rich.segment import Segment
 from rich.table import Table
 
-from ._safe import has_controls, strip_controls
+from ._safe import has_controls, markup, strip_controls
 
-__all__ = ["ProgressLines", "make_console", "print_table", "progress_bar"]
+__all__ = ["ProgressLines", "endpoint_line", "make_console", "print_endpoints", "print_table", "progress_bar"]
 
 
 class _SafeConsole(Console):
@@ -141,3 +142,24 @@ def print_table(console: Console, table: Table, *, drop: Sequence[str] = ()) -> 
         note = f"not shown at {console.width} columns: {', '.join(dropped)}"
         table.caption = f"{table.caption} · {note}" if table.caption else note
     console.print(table)
+
+
+def endpoint_line(stats: Sequence[dict[str, Any]]) -> str:
+    """``in flight 120/limit 300, 429s 4`` summed over a model's endpoints (for progress lines)."""
+    in_flight = sum(int(s["in_flight"]) for s in stats)
+    limit = sum(int(s["limit"]) for s in stats)
+    throttled = sum(int(s["throttled"]) for s in stats)
+    return f"in flight {in_flight}/limit {limit}, 429s {throttled}"
+
+
+def print_endpoints(console: Console, stats: Sequence[dict[str, Any]]) -> None:
+    """Each endpoint's limit range, requests sent, 429/503 answers and time-outs, one line each."""
+    for s in stats:
+        line = (
+            f"endpoint {markup(str(s['endpoint']))}: limit {s['limit_low']}-{s['limit_high']} "
+            f"(now {s['limit']}), {s['sent']} sent, {s['throttled']} answered 429/503, "
+            f"{s['timeouts']} timed out"
+        )
+        if s.get("open"):
+            line += f"; [yellow]down:[/] {markup(str(s['open']))}"
+        console.print(line)

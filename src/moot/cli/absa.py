@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
@@ -42,7 +43,7 @@ from ..models import Model, run_with_model
 from ..models.testing import ReplayModel
 from ..observe import annotate
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
-from ._console import ProgressLines, make_console, print_table, progress_bar
+from ._console import ProgressLines, endpoint_line, make_console, print_endpoints, print_table, progress_bar
 from ._io import (
     MAX_CONCURRENCY,
     AllowOutsideOption,
@@ -154,7 +155,9 @@ async def _batch(
                 key = json.dumps(items[i][0], ensure_ascii=False)
                 logger.warning("sentence %s: %s failed: %s%s", key, step, error, more)
             if progress is not None and task is not None:
-                progress.advance(task)
+                stats = model.endpoint_stats() if isinstance(model, Model) else []
+                line = f"absa  {endpoint_line(stats)}" if stats else "absa"
+                progress.update(task, advance=1, description=line)
             else:
                 lines.advance()
 
@@ -182,6 +185,45 @@ def _timed_out(results: list[FinalResult], timeout: float | None) -> None:
         )
 
 
+def _one_sentence(
+    text: str, runner: str | Model | None, cfg: Any, timeout: float | None, spec: Any
+) -> FinalResult:
+    """``moot absa SENTENCE``: the steps as they run (and the endpoints' counters), then the result."""
+    used: list[Model] = []
+    with _StageProgress(make_console(stderr=True)) as progress:
+
+        def one(m: Model) -> Awaitable[FinalResult]:
+            progress.endpoints = m.endpoint_stats
+            used.append(m)
+            return run_absa(text, model=m, config=cfg, on_progress=progress, timeout_s=timeout, store=spec)
+
+        res = run_with_model(runner, one)
+    print_endpoints(make_console(stderr=True), used[0].endpoint_stats() if used else [])
+    return res
+
+
+def _local_batch(
+    items: list[tuple[str, str]],
+    out: TextIO,
+    runner: str | Model | None,
+    cfg: Any,
+    concurrency: int,
+    console: Console,
+    spec: Any,
+    timeout: float | None,
+) -> list[FinalResult]:
+    """``moot absa --input`` in this process; each endpoint's limit range and 429s said at the end."""
+    used: list[Model] = []
+
+    def batch(m: Model) -> Awaitable[tuple[list[FinalResult], list[dict[str, Any]]]]:
+        used.append(m)
+        return _batch(items, out, m, cfg, concurrency, console, spec, timeout=timeout)
+
+    results, _ = run_with_model(runner, batch)
+    print_endpoints(console, used[0].endpoint_stats() if used else [])
+    return results
+
+
 class _StageProgress:
     """``moot absa`` on one sentence: the running step (a spinner on a terminal), a line as each ends.
 
@@ -191,6 +233,8 @@ class _StageProgress:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.status = console.status("starting", spinner="dots")
+        self.endpoints: Callable[[], list[dict[str, Any]]] | None = None
+        """Reads the model endpoints' counters (requests in flight, limit, 429s) for the status."""
 
     def __enter__(self) -> _StageProgress:
         self.status.start()
@@ -201,7 +245,8 @@ class _StageProgress:
 
     def __call__(self, name: str, step: TraceStep | None) -> None:
         if step is None:
-            self.status.update(f"{name} …")
+            stats = self.endpoints() if self.endpoints is not None else []
+            self.status.update(f"{name} …  {endpoint_line(stats)}" if stats else f"{name} …")
             return
         self.console.print(clean(step.line()), markup=False, style=None if step.ok else "red", soft_wrap=True)
 
@@ -356,14 +401,8 @@ def register(app: typer.Typer) -> None:
         if input_file is None and (recorded is None or not recorded.batch):
             if sentence is None or not sentence.strip():
                 raise UsageError("give a SENTENCE, or --input FILE.jsonl --output FILE.jsonl")
-            text = sentence
-            with _StageProgress(make_console(stderr=True)) as progress, annotate(config=extra or None):
-                res = run_with_model(
-                    runner,
-                    lambda m: run_absa(
-                        text, model=m, config=cfg, on_progress=progress, timeout_s=timeout, store=spec
-                    ),
-                )
+            with annotate(config=extra or None):
+                res = _one_sentence(sentence, runner, cfg, timeout, spec)
             if as_json:
                 typer.echo(res.model_dump_json(indent=2))
             else:
@@ -394,9 +433,7 @@ def register(app: typer.Typer) -> None:
             staged_output(output, "--output file", keep_partial=True) as out,
         ):
             if ray is None:
-                results, _ = run_with_model(
-                    runner, lambda m: _batch(items, out, m, cfg, concurrency, console, spec, timeout=timeout)
-                )
+                results = _local_batch(items, out, runner, cfg, concurrency, console, spec, timeout)
             else:  # the model is built on each worker, never loaded here
                 assert not isinstance(runner, Model)
                 results, _ = asyncio.run(

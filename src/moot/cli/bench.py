@@ -63,7 +63,7 @@ from ..models.testing import ReplayModel
 from ..observe import annotate
 from ..protocol import MAX_TOKENS_PER_CALL
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
-from ._console import ProgressLines, make_console, print_table
+from ._console import ProgressLines, endpoint_line, make_console, print_endpoints, print_table
 from ._io import MAX_CONCURRENCY, check_output_dir
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._ray_options import RayOption, RayWorkersOption
@@ -165,26 +165,6 @@ class _ProgressObserver(RunObserver):
 
     def failed_unit(self, item_id: str, method: str, error: str) -> None:
         self.console.print(f"[yellow]failed[/] {markup(item_id)} {markup(method)}: {markup(error)}")
-
-
-def endpoint_line(stats: list[dict[str, Any]]) -> str:
-    """``in flight 120/limit 300, 429s 4`` summed over a model's endpoints (for progress lines)."""
-    in_flight = sum(int(s["in_flight"]) for s in stats)
-    limit = sum(int(s["limit"]) for s in stats)
-    throttled = sum(int(s["throttled"]) for s in stats)
-    return f"in flight {in_flight}/limit {limit}, 429s {throttled}"
-
-
-def _print_endpoints(console: Console, stats: list[dict[str, Any]]) -> None:
-    for s in stats:
-        line = (
-            f"endpoint {markup(str(s['endpoint']))}: limit {s['limit_low']}-{s['limit_high']} "
-            f"(now {s['limit']}), {s['sent']} sent, {s['throttled']} answered 429/503, "
-            f"{s['timeouts']} timed out"
-        )
-        if s.get("open"):
-            line += f"; [yellow]down:[/] {markup(str(s['open']))}"
-        console.print(line)
 
 
 _METHOD_FLAGS = ("methods", "early_stop", "debate_if_disagree")
@@ -460,7 +440,7 @@ def _finish(run: BenchRun, out_dir: Path, console: Console, *, plots: bool, time
         ) from None
     print_table(make_console(), rich_table(report), drop=RICH_TABLE_DROP)
     console.print(f"report: {out_dir / REPORT_FILE}  results: {out_dir / RESULTS_FILE}")
-    _print_endpoints(console, run.endpoints)
+    print_endpoints(console, run.endpoints)
     if run.retried:
         console.print(f"retried {run.retried} failed unit attempts in this invocation")
     if run.timed_out and timeout is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..observe import annotate
 from ..protocol import read_overrides
 from ..transcript import DebateResult, Event, Turn
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
-from ._console import make_console
+from ._console import endpoint_line, make_console, print_endpoints
 from ._io import (
     AllowOutsideOption,
     allow_outside,
@@ -137,10 +138,18 @@ def _turn_panel(turn: Turn) -> Panel:
 class LiveView:
     """Prints events readably as they arrive."""
 
-    def __init__(self, console: Console, out: TextIO | None, notice: str | None = None) -> None:
+    def __init__(
+        self,
+        console: Console,
+        out: TextIO | None,
+        notice: str | None = None,
+        endpoints: Callable[[], list[dict[str, Any]]] | None = None,
+    ) -> None:
         self.console = console
         self.out = out
         self.notice = notice
+        self.endpoints = endpoints
+        """Reads the model endpoints' counters (requests in flight, limit, 429s) for the round's rule."""
 
     def __call__(self, event: Event) -> None:
         """Write ``event`` to the events file (if any) and print it."""
@@ -158,7 +167,9 @@ class LiveView:
         elif event.kind in ("turn_completed", "judge_completed") and event.turn is not None:
             c.print(_turn_panel(event.turn))
         elif event.kind == "round_completed":
-            c.rule(f"[dim]end of round {event.round}[/]")
+            stats = self.endpoints() if self.endpoints is not None else []
+            line = f" · {endpoint_line(stats)}" if stats else ""
+            c.rule(f"[dim]end of round {event.round}{line}[/]")
         elif event.kind == "retry":
             c.print(f"[yellow]{markup(event.message or '')}[/]")
 
@@ -469,7 +480,7 @@ def register(app: typer.Typer) -> None:
         with ExitStack() as stack:
             # The events file takes its name only once the run succeeded: no partial file on failure.
             sink = stack.enter_context(staged_output(out, "--out file")) if out is not None else None
-            live = LiveView(console, sink, notice)
+            live = LiveView(console, sink, notice, debate.endpoint_stats)
             if as_json:  # keep stdout clean: only the result goes there
                 live.console = make_console(stderr=True, quiet=True)
             # Recorded by the debate's observers (the store's recorder sees each event first).
@@ -492,6 +503,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(result.model_dump_json())
         else:
             print_summary(console, result)
+            print_endpoints(console, debate.endpoint_stats())
             if ids:  # how to find it again
                 short = ids[0][:8]
                 console.print(f"[dim]recorded as run {short}: moot runs show {short} · moot view[/]")

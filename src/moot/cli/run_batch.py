@@ -32,7 +32,7 @@ import moot.cli._exit as _exit
 from ..engine import Debate
 from ..errors import UsageError
 from ..transcript import DebateResult
-from ._console import ProgressLines, progress_bar
+from ._console import ProgressLines, endpoint_line, print_endpoints, progress_bar
 from ._io import read_jsonl, read_text
 
 __all__ = ["TopicItem", "fallback_summary", "read_done", "read_topics", "run_batch"]
@@ -190,7 +190,10 @@ def run_batch(
                 results[item.key] = result
                 degraded = sum(_exit.for_debate(r) != 0 for r in results.values())
                 if progress is not None and task is not None:
-                    progress.update(task, advance=1, status=f"{degraded} fell back" if degraded else "")
+                    status = [f"{degraded} fell back"] if degraded else []
+                    stats = debate.endpoint_stats()
+                    status += [endpoint_line(stats)] if stats else []
+                    progress.update(task, advance=1, status=" · ".join(status))
                 else:
                     lines.advance()
 
@@ -203,6 +206,7 @@ def run_batch(
     degraded = sum(_exit.for_debate(r) != 0 for r in results.values())
     note = f" ({degraded} fell back or had failed calls)" if degraded else ""
     console.print(f"wrote {len(results)} results to {output}{note}", markup=False)
+    print_endpoints(console, debate.endpoint_stats())
     final = previous | results
     hint = fallback_summary(list(final.values()))
     if hint:

@@ -7,7 +7,7 @@ import os
 import urllib.parse
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ __all__ = [
     "current_unit",
     "default_request_timeout",
     "effective_cap",
+    "endpoint_stats",
     "model_info",
     "note_cached_reply",
     "note_extra_request",
@@ -432,6 +433,20 @@ class Model(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+def endpoint_stats(models: Iterable[Model]) -> list[dict[str, object]]:
+    """The endpoints of ``models`` (:meth:`Model.endpoint_stats`), each once (models may share one).
+
+    What a run records in its summary (``endpoints``) and a progress line shows: requests in
+    flight, the limit now and its range, requests sent, 429/503 answers and time-outs, counted
+    since the endpoint's first request in this event loop.
+    """
+    seen: dict[object, dict[str, object]] = {}
+    for model in models:
+        for stats in model.endpoint_stats():
+            seen.setdefault(stats["endpoint"], stats)
+    return list(seen.values())
 
 
 def model_info(model: Model) -> dict[str, Any]:
