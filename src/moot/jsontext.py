@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,11 +172,26 @@ def jsonl_rows(text: str, path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def check_unique_ids(ids: Iterable[str], source: str | Path) -> None:
-    """Raise a UsageError naming every id that occurs more than once."""
-    duplicates = sorted(i for i, count in Counter(ids).items() if count > 1)
+def check_unique_ids(
+    ids: Iterable[str], source: str | Path, *, places: Sequence[int] | None = None, unit: str = "line"
+) -> None:
+    """Raise a UsageError naming every id that occurs more than once (the first ten, and a count).
+
+    Args:
+        ids: the ids, in input order.
+        source: what they were read from, named first in the message.
+        places: where each id was read (its line number, parallel to ``ids``), named beside each
+            duplicate: ``a (lines 2, 5)``; None names the ids only.
+        unit: what a place counts (``line``, ``sentence``, ``item``).
+    """
+    where: dict[str, list[int]] = {}
+    for n, ident in enumerate(ids):
+        where.setdefault(ident, []).append(places[n] if places is not None else n)
+    duplicates = sorted(i for i, seen in where.items() if len(seen) > 1)
     if duplicates:
-        shown = ", ".join(duplicates[:10]) + (
-            f" and {len(duplicates) - 10} more" if len(duplicates) > 10 else ""
-        )
+        named = [
+            i if places is None else f"{i} ({unit}s {', '.join(str(p) for p in where[i])})"
+            for i in duplicates[:10]
+        ]
+        shown = ", ".join(named) + (f" and {len(duplicates) - 10} more" if len(duplicates) > 10 else "")
         raise UsageError(f"{source}: duplicate item ids: {shown}; every id must be unique")

@@ -18,7 +18,7 @@ Checks, so that no figure is silently corrupted:
 * every explicit aspect's span must hold its term (``sentence[start:end] ==
   term``); a sentence that fails is **rejected**: left out, with the reason
   kept in :attr:`Dataset.rejected` for the caller to show;
-* sentence ids must be unique: duplicates are an error naming them;
+* sentence ids must be unique: duplicates are an error naming them and where each was read;
 * a line that does not fit the schema is an error naming the line and the
   fields at fault.
 
@@ -135,12 +135,13 @@ def _span_problem(item: GoldItem) -> str | None:
 _SEMEVAL_POLARITIES = {"positive", "negative", "neutral", "conflict"}
 
 
-def _semeval_rows(text: str, source: str) -> list[tuple[str, dict[str, object]]]:
+def _semeval_rows(text: str, source: str) -> list[tuple[str, int, dict[str, object]]]:
+    """``(where, ordinal of the <sentence>, row)`` of each sentence in scope."""
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
         raise UsageError(f"{source}: not valid XML ({exc})") from None
-    rows: list[tuple[str, dict[str, object]]] = []
+    rows: list[tuple[str, int, dict[str, object]]] = []
     for number, sent in enumerate(root.iter("sentence"), 1):
         if sent.get("OutOfScope", "").upper() == "TRUE":
             continue
@@ -171,7 +172,7 @@ def _semeval_rows(text: str, source: str) -> list[tuple[str, dict[str, object]]]
                     "category": el.get("category"),
                 }
             )
-        rows.append((where, {"id": sid, "sentence": text_el.text, "aspects": aspects}))
+        rows.append((where, number, {"id": sid, "sentence": text_el.text, "aspects": aspects}))
     return rows
 
 
@@ -193,7 +194,8 @@ def read_dataset(
 
     Raises:
         UsageError: unreadable file, a line or sentence that does not fit the schema (naming the
-            fields), or duplicate sentence ids (naming them).
+            fields), or duplicate sentence ids (naming them and their lines, or for XML the
+            ordinals of their ``<sentence>`` elements).
     """
     xml, name = _is_semeval(str(path)) if path is not None else (False, "")
     try:
@@ -207,9 +209,10 @@ def read_dataset(
     if xml:
         rows = _semeval_rows(text, source)
     else:
-        rows = [(f"{source} line {number}", row) for number, row in jsonl_rows(text, source)]
+        rows = [(f"{source} line {number}", number, row) for number, row in jsonl_rows(text, source)]
     out = Dataset(items=[], source=name or None)
-    for where, row in rows:
+    places: list[int] = []  # where each item was read: its line, or its <sentence> in XML
+    for where, place, row in rows:
         try:
             item = GoldItem.model_validate(row)
         except ValidationError as exc:
@@ -223,9 +226,10 @@ def read_dataset(
             out.excluded_conflict += len(item.aspects) - len(kept)
             item.aspects = kept
         out.items.append(item)
+        places.append(place)
         if limit is not None and len(out.items) >= limit:
             break
-    check_unique_ids((it.id for it in out.items), source)
+    check_unique_ids((it.id for it in out.items), source, places=places, unit="sentence" if xml else "line")
     return out
 
 

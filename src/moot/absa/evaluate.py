@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..deadline import Deadline
+from ..jsontext import check_unique_ids
 from ..models import default_model_spec, resolve_model
 from ..models.base import Model, Usage
 from ..observe import PipelineEvent, RunStart, degraded_status, observed
@@ -160,7 +161,12 @@ async def evaluate(
 
     Returns:
         Scores by config name, in ``configs`` order.
+
+    Raises:
+        UsageError: two items with one id (each is one stored unit per config), named with their
+            positions from 1, as :func:`~moot.absa.dataset.read_dataset` refuses a file's.
     """
+    check_unique_ids((it.id for it in items), "items", places=range(1, len(items) + 1), unit="item")
     mdl = resolve_model(model)
     spec = model if model is None or isinstance(model, str) else model.name
     recorded = {

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ..deadline import Deadline, timeout_scope
 from ..errors import UsageError
+from ..jsontext import check_unique_ids
 from ..models import default_model_spec, resolve_model, run_with_model
 from ..models.base import Model, Usage, unit_scope
 from ..models.cache import cache_scope
@@ -315,13 +316,18 @@ async def run_absa_batch(
             not finished by then (running or still queued) end as failed ``deadline`` results.
         deadline: a caller's deadline; the batch ends at the earlier of it and ``timeout_s``.
         store: record the batch as one run, as for :func:`run_absa`.
-        ids: the sentences' ids, as their units are named (default: their line numbers, from 1).
+        ids: the sentences' ids, as their units are named (default: their line numbers, from 1);
+            one per sentence, each once (a second would take the first's unit in the store).
         cache: answer model requests from a response cache (:mod:`moot.models.cache`): a cache
             file, a ``ResponseCache``, or True for ``$MOOT_CACHE`` / ``./.moot/cache.db``; None
             (the default) sends every request.
 
     Returns:
         The results in input order.
+
+    Raises:
+        UsageError: ``ids`` not one per sentence, or an id given twice (each named, with its
+            positions from 1); bad config or model spec, as for :func:`run_absa`.
     """
     with cache_scope(cache):
         return await _run_absa_batch(
@@ -340,9 +346,11 @@ async def _run_absa_batch(
     store: Any,
     ids: Sequence[str] | None,
 ) -> list[FinalResult]:
+    names = list(ids) if ids is not None else [str(i + 1) for i in range(len(sentences))]
+    if len(names) != len(sentences):
+        raise UsageError(f"{len(names)} ids for {len(sentences)} sentences: give one id per sentence")
     cfg = load_config(config)
     mdl = resolve_model(model)
-    names = list(ids) if ids is not None else [str(i + 1) for i in range(len(sentences))]
 
     async def work(done: Callable[[int, FinalResult], Awaitable[None]]) -> BatchOutcome:
         results = await _batch(
@@ -389,7 +397,12 @@ async def observed_batch(
     result)`` as each finishes: the result becomes the run's unit named ``names[index]``
     (its record: :meth:`FinalResult.record_data`, stage requests included), then ``on_result``
     is told. The run ends ``fell_back`` when some sentences had failed calls, ``failed`` when all did.
+
+    Raises:
+        UsageError: a name given twice (``ids: duplicate item ids: a (items 1, 3); ...``, positions
+            from 1), before anything is recorded: each name is one stored unit.
     """
+    check_unique_ids(names, "ids", places=range(1, len(names) + 1), unit="item")
     recorded = {
         "config": config.model_dump(mode="json"),
         "model": model,

@@ -39,6 +39,7 @@ from ..app.absa import absa_batch
 from ..app.ray import ray_options
 from ..app.rerun import RecordedAbsa, recorded_absa
 from ..errors import UsageError
+from ..jsontext import check_unique_ids
 from ..models import Model, run_with_model
 from ..models.testing import ReplayModel
 from ..observe import annotate
@@ -72,10 +73,15 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
     Each line is an object with ``sentence`` (or ``text``) and an optional ``id``,
     or a bare JSON string. Blank lines are skipped.
 
+    Ids must be unique: each names the sentence's result (its unit in the run store, its line
+    of ``--output``), so a second one would take the first's place.
+
     Raises:
-        UsageError: missing file, not UTF-8, or a line without a sentence (its number is named).
+        UsageError: missing file, not UTF-8, a line without a sentence (its number is named),
+            or an id on more than one line (each named, with its line numbers).
     """
     out: list[tuple[str, str]] = []
+    lines: list[int] = []
     for number, data in read_jsonl(path, "input file"):
         if isinstance(data, str):
             sentence, ident = data, str(number)
@@ -87,8 +93,10 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
         if not isinstance(sentence, str) or not sentence.strip():
             raise UsageError(f"{path} line {number}: no 'sentence' (or 'text') string")
         out.append((ident, sentence))
+        lines.append(number)
     if not out:
         raise UsageError(f"{path} holds no sentences")
+    check_unique_ids((ident for ident, _ in out), path, places=lines)
     return out
 
 
