@@ -193,3 +193,14 @@ def test_the_exporter_reports_an_unreachable_endpoint_within_its_timeout() -> No
     assert exporter.export(_spans()) is SpanExportResult.FAILURE
     assert time.monotonic() - started < 5
     exporter.shutdown()
+
+
+def test_an_integer_beyond_int64_goes_the_exporters_own_way(sink: _Sink) -> None:
+    span = _with_attribute(2**70)
+    with pytest.raises(TypeError):
+        encode_spans([span])
+    exporter = SpanExporter(endpoint=sink.url, timeout=5)
+    assert exporter.export([span]) is SpanExportResult.SUCCESS
+    (body,) = sink.bodies
+    assert _parsed(body) == official_encode([span])  # the official encoder drops that attribute
+    exporter.shutdown()

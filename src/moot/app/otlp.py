@@ -58,6 +58,8 @@ def _value(value: Any) -> bytes:
     if isinstance(value, str):
         return _field(b"\x0a", value.encode("utf-8", "surrogatepass"))
     if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise TypeError("an integer attribute beyond int64")  # the exporter's own path drops it
         return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)
     if isinstance(value, float):
         return b"\x21" + _D(value)
@@ -161,14 +163,14 @@ def _span(span: ReadableSpan) -> bytes:
     return b"".join(parts)
 
 
-_SCOPES: dict[Any, bytes] = {}
+_SCOPES: dict[int, tuple[Any, bytes]] = {}  # id -> (the scope, kept so its id is not reused; bytes)
 _RESOURCES: dict[int, tuple[Any, bytes]] = {}  # id -> (the resource, kept so its id is not reused; bytes)
 
 
 def _scope(scope: Any) -> bytes:
     """An ``InstrumentationScope`` field of ``ScopeSpans`` (encoded once per scope)."""
-    found = _SCOPES.get(scope)
-    if found is None:
+    found = _SCOPES.get(id(scope))
+    if found is None or found[0] is not scope:
         if len(_SCOPES) > 64:
             _SCOPES.clear()
         body = b""
@@ -176,8 +178,8 @@ def _scope(scope: Any) -> bytes:
             body = _field(b"\x0a", scope.name.encode()) if scope.name else b""
             body += _field(b"\x12", scope.version.encode()) if scope.version else b""
             body += _attributes(b"\x1a", scope.attributes)
-        found = _SCOPES[scope] = _field(b"\x0a", body)
-    return found
+        found = _SCOPES[id(scope)] = (scope, _field(b"\x0a", body))
+    return found[1]
 
 
 def _resource(resource: Any) -> bytes:

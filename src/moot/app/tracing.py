@@ -14,8 +14,10 @@ pinned to it; the conventions are still marked Development)::
     · gen_ai.evaluation.result        a judge's or moderator's verdict (score, label)
 
 A benchmark, an ABSA analysis or an arbitration is one ``invoke_workflow moot.{kind}`` root
-with a span per benchmark unit (its score as an evaluation event), per ABSA step, and the
-debates it ran (one per contradiction for an arbitration) beneath it.
+with a span per benchmark unit (its score as an evaluation event; a plain method's requests
+as ``chat`` spans beneath it), per ABSA step, and the debates it ran (one per contradiction
+for an arbitration) beneath it. An ABSA batch is a root per sentence (a trace each, with its
+steps and debate) and an ``invoke_workflow moot.absa.batch`` root, linked both ways.
 
 The engine knows nothing of this module. moot uses only the OpenTelemetry API's global tracer
 provider, as a library should: :func:`active_tracer` is None (and no observer is made) until the
