@@ -94,17 +94,25 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "view_list")
+    parser.add_argument(
+        "--store", type=Path, help="a store this benchmark filled before (kept; filled here if missing)"
+    )
     args = parser.parse_args()
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "runs.db"
+        path = args.store or Path(tmp) / "runs.db"
         t0 = time.perf_counter()
-        store = RunStore(path, background=True)  # as the CLI opens it
-        events = asyncio.run(fill(store, args.runs))
-        store.close()
+        if path.exists():
+            with sqlite3.connect(path) as db:
+                events = int(db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+                args.runs = int(db.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        else:
+            store = RunStore(path, background=True)  # as the CLI opens it
+            events = asyncio.run(fill(store, args.runs))
+            store.close()
         fill_s = time.perf_counter() - t0
-        size = sum(p.stat().st_size for p in Path(tmp).glob("runs.db*"))
+        size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
         port = _free_port()
         server = uvicorn.Server(

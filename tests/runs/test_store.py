@@ -421,3 +421,31 @@ def test_search_finds_words_that_reached_the_model_only_in_a_prompt(tmp_path: Pa
         "SELECT COUNT(*) FROM search JOIN search_docs d ON d.doc = search.rowid AND d.run_id = search.run_id"
     )
     assert store._execute(joined).fetchone()[0] == store._execute("SELECT COUNT(*) FROM search").fetchone()[0]
+
+
+def test_every_search_row_names_its_run_by_number_whoever_inserts_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    _version_2_store(path)  # migrated on open: its run and search rows get their number
+    store = RunStore(path)
+    a = store.create_run("run", title="Is tea good?")
+    store.append_event(a, 1, "turn_completed", json.dumps({"turn": {"content": {"message": "genmaicha"}}}))
+    store.flush()
+    with sqlite3.connect(path) as db:  # a run written by hand, outside RunStore, is numbered too
+        db.execute(
+            "INSERT INTO runs (id, kind, status, title, started_at) "
+            "VALUES ('ef56ab78', 'run', 'complete', 'Hojicha', 3)"
+        )
+    nums = dict(store._execute("SELECT id, num FROM runs").fetchall())
+    assert sorted(nums.values()) == [1, 2, 3]
+    wrong = store._execute(
+        "SELECT COUNT(*) FROM search_docs d JOIN runs r ON r.id = d.run_id WHERE d.run IS NOT r.num"
+    ).fetchone()[0]
+    assert wrong == 0 and store._execute("SELECT COUNT(*) FROM search_docs").fetchone()[0] >= 5
+    assert [r.id for r in store.list(search="sencha")] == ["ab12cd34"]
+    assert [r.id for r in store.list(search="genmaicha tea")] == [a]
+    assert [r.id for r in store.list(search="hojicha")] == ["ef56ab78"] and store.count(search="hojicha") == 1
+    store.delete(a)
+    assert (
+        store.create_run("run", title="after a delete")
+        and len(set(n for (n,) in store._execute("SELECT num FROM runs").fetchall())) == 3
+    )

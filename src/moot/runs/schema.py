@@ -35,6 +35,12 @@ _PROMPT_TEXT = (
     "WHERE type = 'text' AND key = 'content' AND path LIKE '%.sent[%'"
 )
 _PROMPTS = "INSERT INTO search (run_id, body) SELECT {run}, (" + _PROMPT_TEXT + ")"
+# v7: each search row's run as a number (``runs.num``), set with the doc row, so a search
+# intersects integers; the number is stored (a rowid could change on VACUUM).
+_DOC_NUM = (
+    "INSERT OR REPLACE INTO search_docs (doc, run_id, run) VALUES "
+    "(last_insert_rowid(), {run}, (SELECT num FROM runs WHERE id = {run}))"
+)
 _INDEX_ALL = (
     "INSERT INTO search (run_id, body) SELECT run_id, body FROM "
     "(SELECT run_id, (SELECT group_concat(value, ' ') FROM json_tree(data) WHERE type = 'text') AS body "
@@ -164,6 +170,36 @@ MIGRATIONS: dict[int, list[str]] = {
         "UPDATE runs SET attempts = COALESCE(json_extract(result, '$.usage.attempts'), 0), "
         "cached = COALESCE(json_extract(result, '$.usage.cached'), 0) "
         "WHERE result IS NOT NULL AND json_valid(result) AND json_type(result) = 'object'",
+    ],
+    # v7: a search costs a third less CPU (10,000 runs, a word in every run: 32 -> 20 ms for the
+    # ids). Intersecting the runs of each word joined 50,000 doc rows to 32-character run ids; each
+    # doc row now also names its run by a number (runs.num, unique, given by a trigger when a run
+    # is inserted), and the words' runs are intersected as integers.
+    7: [
+        "ALTER TABLE runs ADD COLUMN num INTEGER",
+        "UPDATE runs SET num = rowid",
+        "CREATE UNIQUE INDEX runs_num ON runs (num)",
+        "ALTER TABLE search_docs ADD COLUMN run INTEGER",
+        "UPDATE search_docs SET run = (SELECT num FROM runs WHERE runs.id = search_docs.run_id)",
+        *(
+            f"DROP TRIGGER {name}"
+            for name in ("search_run", "search_title", "search_event", "search_item", "search_prompts")
+        ),
+        # Whichever of these two fires first after a run's insert, its title row ends with its number.
+        "CREATE TRIGGER runs_num AFTER INSERT ON runs BEGIN "
+        "UPDATE runs SET num = (SELECT COALESCE(MAX(num), 0) + 1 FROM runs) WHERE rowid = new.rowid; "
+        "UPDATE search_docs SET run = (SELECT num FROM runs WHERE id = new.id) "
+        "WHERE run_id = new.id AND run IS NULL; END",
+        "CREATE TRIGGER search_run AFTER INSERT ON runs BEGIN "
+        f"INSERT INTO search (run_id, body) VALUES (new.id, new.title); {_DOC_NUM.format(run='new.id')}; END",
+        "CREATE TRIGGER search_title AFTER UPDATE OF title ON runs WHEN new.title <> old.title BEGIN "
+        f"INSERT INTO search (run_id, body) VALUES (new.id, new.title); {_DOC_NUM.format(run='new.id')}; END",
+        f"CREATE TRIGGER search_event AFTER INSERT ON events BEGIN {_INDEX_EVERY}; "
+        f"{_DOC_NUM.format(run='new.run_id')}; END",
+        f"CREATE TRIGGER search_item AFTER INSERT ON items BEGIN {_INDEX_EVERY}; "
+        f"{_DOC_NUM.format(run='new.run_id')}; END",
+        "CREATE TRIGGER search_prompts AFTER UPDATE OF result ON runs WHEN new.result IS NOT NULL BEGIN "
+        f"{_PROMPTS.format(run='new.id', result='new.result')}; {_DOC_NUM.format(run='new.id')}; END",
     ],
 }
 """Schema version -> the statements that bring version ``n - 1`` to ``n``."""
