@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -325,15 +326,40 @@ def test_every_answer_keeps_the_messages_its_agent_was_sent_once_per_unit() -> N
         for i, answer in enumerate(answers):
             assert record.sent_to(answer) == sent[(i, rnd)]
             assert answer.usage is not None and answer.usage.calls == 1 and answer.latency_s is not None
-    assert record.messages[0] == Message(role="user", content=item.prompt)  # round 0's, stored once
+    assert record.message(0) == Message(role="user", content=item.prompt)  # round 0's, stored once
     assert [a.sent for a in record.rounds[0]] == [[0], [0], [0]]
-    assert len(record.messages) == len({(m.role, m.content) for m in record.messages})
+    whole = [record.message(i) for i in range(len(record.messages))]
+    assert len(whole) == len({(m.role, m.content) for m in whole})
     retried = record.rounds[1][1]
     assert [(r.error_kind, r.status) for r in retried.retries] == [("ModelHTTPError", 502)]
     assert retried.usage is not None and retried.usage.attempts == 2
     # Stored and read back (results.jsonl, the run store) without loss.
     again = ItemRecord.model_validate_json(record.model_dump_json())
     assert again == record and again.sent_to(again.rounds[1][2]) == sent[(2, 1)]
+
+
+def test_a_reply_quoted_in_later_prompts_is_stored_once() -> None:
+    def fn(request: ModelRequest) -> str:
+        speaker, rnd = request.metadata["speaker"], request.metadata["round"]
+        return f"{speaker} reasons at length in round {rnd}, " * 6 + f"so ({gold_of(request)})."
+
+    model = FunctionModel(fn)
+    task = ArithmeticTask()
+    item = task.items(1, 0)[0]
+    record = asyncio.run(run_method(parse_method("society:3:3"), item, MethodContext(model=model, task=task)))
+    sent = {
+        (int(str(r.metadata["speaker"]).removeprefix("agent")), int(r.metadata["round"])): r.messages
+        for r in model.requests
+    }
+    for rnd, answers in enumerate(record.rounds):
+        for i, answer in enumerate(answers):
+            assert record.sent_to(answer) == sent[(i, rnd)]  # rebuilt exactly as sent
+    stored = json.loads(record.model_dump_json())
+    replies = [a.text for answers in record.rounds for a in answers]
+    kept = json.dumps(stored["messages"])
+    assert all(reply not in kept for reply in replies)  # each reply once: in its answer
+    assert any(isinstance(p, list) for m in stored["messages"] for p in m.get("parts", []))
+    assert ItemRecord.model_validate(stored).sent_to(record.rounds[2][1]) == sent[(1, 2)]
 
 
 def test_an_older_record_without_messages_still_reads() -> None:

@@ -382,3 +382,52 @@ def test_each_turn_has_a_transcript_of_its_requests_repairs_and_content(
     good = client.get(f"/runs/{filled['debate']}").text
     verdict = good.split('class="verdict"', 1)[1]
     assert "1 request" in verdict and "parsed content" in verdict and "Tests first, then the fix." in verdict
+
+
+def test_a_bench_agents_transcript_is_escaped_text(tmp_path: Path) -> None:
+    from moot.bench.records import AgentAnswer, ItemRecord, SentMessage
+    from moot.models.base import Usage
+
+    path = tmp_path / "runs.db"
+    with RunStore(path) as store:
+        run_id = store.create_run("bench", title="arithmetic", config={"methods": ["society:2:2"]})
+        answers = [
+            [
+                AgentAnswer(
+                    agent=f"agent{i}",
+                    answer=None,
+                    correct=False,
+                    text=f"{XSS} {i}",
+                    sent=[0],
+                    usage=Usage(calls=1),
+                )
+                for i in range(2)
+            ],
+            [
+                AgentAnswer(
+                    agent="agent0", answer="7", correct=True, text="(7)", sent=[0, 1, 2], latency_s=0.5
+                )
+            ],
+        ]
+        record = ItemRecord(
+            item_id="arithmetic-0",
+            method="society:2:2",
+            gold="7",
+            final="7",
+            correct=True,
+            parse_failed=False,
+            rounds=answers,
+            messages=[
+                SentMessage(role="user", content="What is 3+4? <b>bold</b>"),
+                SentMessage(role="assistant", content=f"{XSS} 0"),
+                SentMessage(role="user", parts=["One agent response: ```", (0, 1), "```"]),
+            ],
+        )
+        store.put_item(run_id, "arithmetic-0", "society:2:2", record.model_dump_json(), correct=True)
+        store.update(run_id, status="complete", ended=True)
+    client = TestClient(create_app(path), base_url=LOCAL)
+    page = client.get(f"/runs/{run_id}/items/arithmetic-0").text
+    assert XSS not in page and "<b>bold</b>" not in page
+    assert page.count("&lt;script&gt;alert(") >= 4  # two replies, the history's reply, the peer's reply
+    assert "shared message #1 (above)" in page and "What is 3+4? &lt;b&gt;bold&lt;/b&gt;" in page
+    assert "One agent response" in page and "0.50s" in page

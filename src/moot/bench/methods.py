@@ -79,7 +79,7 @@ from ..models.base import CallStats, Message, Model, ModelRequest, ModelResponse
 from ..models.retry import RetryPolicy, call_model
 from ..observe import PipelineEvent
 from ..transcript import RequestRecord, RetryRecord
-from .records import AgentAnswer, ItemRecord
+from .records import MIN_QUOTE, AgentAnswer, ItemRecord, SentMessage
 from .stats import majority, unanimous
 from .tasks import Item, Task
 
@@ -243,11 +243,16 @@ def _request_event(item: Item, method: str, agent: int, round_: int, record: Req
 
 
 class _SentTable:
-    """The distinct messages sent to one unit's agents, each once (``ItemRecord.messages``)."""
+    """The distinct messages sent to one unit's agents, each once (``ItemRecord.messages``).
 
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
+    ``rounds`` is the unit's answers so far: a new message that quotes one of their replies
+    whole keeps a reference to it instead of its text (:class:`~moot.bench.records.SentMessage`).
+    """
+
+    def __init__(self, rounds: list[list[AgentAnswer]]) -> None:
+        self.messages: list[SentMessage] = []
         self._index: dict[tuple[str, str], int] = {}
+        self._rounds = rounds
 
     def refs(self, messages: Iterable[Message]) -> list[int]:
         """The indices of ``messages`` in the table (new ones appended)."""
@@ -257,9 +262,37 @@ class _SentTable:
             at = self._index.get(key)
             if at is None:
                 at = self._index[key] = len(self.messages)
-                self.messages.append(m)
+                self.messages.append(self._stored(m))
             out.append(at)
         return out
+
+    def _stored(self, m: Message) -> SentMessage:
+        parts: list[str | tuple[int, int]] = [m.content]
+        quoted = [
+            (a.text, (r, i))
+            for r, answers in enumerate(self._rounds)
+            for i, a in enumerate(answers)
+            if len(a.text) >= MIN_QUOTE
+        ]
+        for text, ref in sorted(quoted, key=lambda q: -len(q[0])):
+            cut: list[str | tuple[int, int]] = []
+            for part in parts:
+                if not isinstance(part, str) or text not in part:
+                    cut.append(part)
+                    continue
+                pieces = part.split(text)
+                for k, piece in enumerate(pieces):
+                    if k:
+                        cut.append(ref)
+                    if piece:
+                        cut.append(piece)
+            parts = cut
+        if parts == [m.content]:
+            return SentMessage(role=m.role, content=m.content)
+        joined = "".join(p if isinstance(p, str) else self._rounds[p[0]][p[1]].text for p in parts)
+        if joined != m.content:  # never: but a record must hold what was sent
+            return SentMessage(role=m.role, content=m.content)
+        return SentMessage(role=m.role, parts=parts)
 
 
 def _traced(answer: AgentAnswer, asked: _Asked, table: _SentTable) -> AgentAnswer:
@@ -550,8 +583,8 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
     started = time.perf_counter()
     n = spec.agents
     histories = [[Message(role="user", content=item.prompt)] for _ in range(n)]
-    table = _SentTable()
     rounds: list[list[AgentAnswer]] = []
+    table = _SentTable(rounds)
     usage = Usage()
     texts: list[str] = []
     stopped = False
@@ -631,8 +664,8 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
         raise RunError(f"preset {spec.name}: no turn finished ({result.fallback})")
     order = {key: i for i, key in enumerate(debate.protocol.speakers())}
     answer_field = debate.protocol.answer_field
-    table = _SentTable()
     rounds: list[list[AgentAnswer]] = []
+    table = _SentTable(rounds)
     for rnd in result.rounds:
         answers = []
         for turn in sorted(rnd.turns, key=lambda t: order.get(t.speaker, len(order))):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -16,7 +16,40 @@ from pydantic import (
 from ..models.base import Message, Usage
 from ..transcript import RetryRecord
 
-__all__ = ["AgentAnswer", "ItemRecord"]
+__all__ = ["AgentAnswer", "ItemRecord", "SentMessage"]
+
+MIN_QUOTE = 64
+"""A reply this long or longer, quoted whole in a later message of its unit, is stored there as a
+reference to the reply (:attr:`SentMessage.parts`)."""
+
+
+class SentMessage(BaseModel):
+    """One message sent to a unit's agents, as the record keeps it (:attr:`ItemRecord.messages`).
+
+    A message that quotes earlier replies of the unit (a society's debate prompt holds the
+    peers' answers; an agent's history holds its own) keeps its text in ``parts``: pieces of
+    text and ``[round, index]`` references to ``ItemRecord.rounds[round][index].text``, so a
+    reply is stored once however many prompts quote it. :meth:`ItemRecord.message` joins them.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "user", "assistant"]
+    """Who speaks."""
+    content: str = ""
+    """The text (empty when ``parts`` holds it)."""
+    parts: list[str | tuple[int, int]] | None = None
+    """The text as pieces: strings, and ``[round, index]`` for an earlier reply quoted whole."""
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            if data.get("parts") is None:
+                data.pop("parts", None)
+            elif not data.get("content"):
+                data.pop("content", None)
+        return data
 
 
 class AgentAnswer(BaseModel):
@@ -117,9 +150,10 @@ class ItemRecord(BaseModel):
     final_text: str | None = None
     """A preset's final answer as the engine returned it, before parsing (None for plain
     methods, whose final is the plurality of ``rounds``): what a rescore parses again."""
-    messages: list[Message] = Field(default_factory=list)
-    """Every distinct message sent to this unit's agents, once (``{"role", "content"}``), in
-    the order first sent; each answer's :attr:`AgentAnswer.sent` lists the ones it was sent.
+    messages: list[SentMessage] = Field(default_factory=list)
+    """Every distinct message sent to this unit's agents, once, in the order first sent; each
+    answer's :attr:`AgentAnswer.sent` lists the ones it was sent, :meth:`message` reads one.
+    A reply quoted whole in a later message is a reference there (:class:`SentMessage`).
     Empty in records written before moot kept them."""
 
     @model_validator(mode="after")
@@ -135,7 +169,15 @@ class ItemRecord(BaseModel):
         """The messages ``answer``'s agent was sent, in order (None when the record kept none)."""
         if answer.sent is None:
             return None
-        return [self.messages[i] for i in answer.sent if 0 <= i < len(self.messages)]
+        return [self.message(i) for i in answer.sent if 0 <= i < len(self.messages)]
+
+    def message(self, index: int) -> Message:
+        """Message ``index`` of :attr:`messages` with its text whole (quoted replies put back)."""
+        stored = self.messages[index]
+        if stored.parts is None:
+            return Message(role=stored.role, content=stored.content)
+        text = "".join(p if isinstance(p, str) else self.rounds[p[0]][p[1]].text for p in stored.parts)
+        return Message(role=stored.role, content=text)
 
     @property
     def tokens(self) -> int:
