@@ -153,3 +153,25 @@ def test_options_reach_the_factories(logs: list[Log], tmp_path: Path) -> None:
         assert (row.kind, row.status, row.score, row.summary) == ("bench", "complete", 1.0, {"units": 1})
         assert [(i.item, i.part, i.correct) for i in store.iter_items(row.id)] == [("i1", "m", True)]
         assert [e.kind for e in store.events(row.id)] == ["unit_failed"]
+
+
+def test_wants_asks_the_observers_of_the_enclosing_run_which_kinds_they_ignore() -> None:
+    class Ignoring(Log):
+        ignores = frozenset({"model_request"})
+
+    observers: list[Log] = [Ignoring()]
+    observe.register("test-wants", lambda start, options: observers[0])
+    try:
+        with observe.observed(RunStart(kind="bench", title="t")) as run:
+            assert run.listened and not run.wants("model_request") and run.wants("progress")
+            with observe.observed(RunStart(kind="run", title="nested")) as inner:  # asks the outer run
+                assert inner.nested and not inner.wants("model_request")
+            observers.append(Log())  # a second observer that takes every kind
+            run.observers.append(observers[1])
+            assert run.wants("model_request")
+            run.end("complete")
+    finally:
+        observe.unregister("test-wants")
+    with observe.observed(RunStart(kind="bench", title="nobody")) as alone:
+        assert not alone.wants("model_request")  # no observer: nobody wants anything
+        alone.end("complete")
