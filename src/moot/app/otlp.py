@@ -10,18 +10,64 @@ its output with the official message classes and compare it with the official en
 :class:`SpanExporter` is the OTLP/HTTP exporter with that encoder: the same endpoint, headers,
 compression, timeout and retries (all read from the ``OTEL_EXPORTER_OTLP_*`` variables by the
 exporter itself), only the encoding differs. On an exporter version whose internals it does not
-know, it exports through the exporter's own path.
+know, it exports through the exporter's own path. Importing this module does not load the
+protobuf runtime: only that path needs it (see :func:`_import_exporter`).
 """
 
 from __future__ import annotations
 
+import importlib
 import struct
+import sys
+import types
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+
+_ENCODER = "opentelemetry.exporter.otlp.proto.common.trace_encoder"
+
+
+def _official_encode(spans: Sequence[ReadableSpan]) -> Any:
+    """The exporter's own encoder, imported the first time its path is taken (a fallback below)."""
+    module = importlib.import_module(_ENCODER)
+    exporter_module = sys.modules.get("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    if exporter_module is not None and getattr(exporter_module, "encode_spans", None) is _official_encode:
+        exporter_module.encode_spans = module.encode_spans  # type: ignore[attr-defined]  # directly from now on
+    return module.encode_spans(spans)
+
+
+def _import_exporter() -> Any:
+    """OpenTelemetry's OTLP/HTTP span exporter class, without loading its protobuf encoder yet.
+
+    The exporter's module imports ``encode_spans`` from the protobuf-based encoder, which loads
+    the protobuf runtime and the OTLP message classes (~26 ms of CPU at every start of the
+    ``moot`` command); this exporter encodes with :func:`encode_spans` and needs them only on the
+    exporter's own path. While the exporter's module is imported, the encoder's name stands for a
+    module holding only :func:`_official_encode`, which imports the real one when first called;
+    the name is given back right after, so any later import gets the real encoder. An exporter
+    version that imports anything else from it is imported the ordinary way.
+    """
+    name = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    if name not in sys.modules and _ENCODER not in sys.modules:
+        stand_in = types.ModuleType(_ENCODER, "moot: the OTLP encoder, imported when first used")
+        stand_in.encode_spans = _official_encode  # type: ignore[attr-defined]
+        sys.modules[_ENCODER] = stand_in
+        try:
+            return importlib.import_module(name).OTLPSpanExporter
+        except ImportError:
+            sys.modules.pop(name, None)
+        finally:
+            if sys.modules.get(_ENCODER) is stand_in:
+                del sys.modules[_ENCODER]
+    return importlib.import_module(name).OTLPSpanExporter
+
+
+if TYPE_CHECKING:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+else:
+    OTLPSpanExporter = _import_exporter()
 
 __all__ = ["SpanExporter", "encode_spans"]
 
