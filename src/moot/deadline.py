@@ -23,12 +23,20 @@ are kept, marked cancelled. Which budget:
    speed, :func:`local_estimate`. On a 2-core machine the embedded model cannot finish
    the ``answer`` preset in the seed's 10 s, and a default that always falls back would
    make the default command useless.
+
+**A pipeline's budget** (an ABSA sentence: its own stage calls, and a debate between them),
+:func:`pipeline_timeout_s`: the two budgets added, each sized as above. Its own calls get
+:data:`DEFAULT_TIMEOUT_S` on a remote backend, else the estimate of those calls at the
+model's speed (:func:`calls_estimate`); the debate gets the budget it runs under by itself
+(:func:`run_timeout_s`). So the debate inside is never squeezed by the pipeline's default,
+and a pipeline whose model never answers still ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .protocol import Protocol
@@ -39,7 +47,9 @@ __all__ = [
     "Deadline",
     "MARGIN",
     "PROMPT_TOKENS",
+    "calls_estimate",
     "local_estimate",
+    "pipeline_timeout_s",
     "planned_calls",
     "run_timeout_s",
     "timeout_scope",
@@ -123,10 +133,18 @@ def planned_calls(protocol: Protocol) -> list[int]:
     return calls
 
 
+def calls_estimate(calls: Sequence[int], tokens_per_second: float) -> float:
+    """Seconds ``calls`` (their token caps) take one after another at ``tokens_per_second``.
+
+    With :data:`MARGIN`, and at least :data:`FLOOR`.
+    """
+    work = sum(cap * CONSTRAINED_COST + PROMPT_TOKENS * PROMPT_COST for cap in calls)
+    return max(FLOOR, MARGIN * work / max(tokens_per_second, 1e-3))
+
+
 def local_estimate(protocol: Protocol, tokens_per_second: float) -> float:
     """Seconds one full run takes, calls one after another, at ``tokens_per_second``, with margin."""
-    work = sum(cap * CONSTRAINED_COST + PROMPT_TOKENS * PROMPT_COST for cap in planned_calls(protocol))
-    return max(FLOOR, MARGIN * work / max(tokens_per_second, 1e-3))
+    return calls_estimate(planned_calls(protocol), tokens_per_second)
 
 
 def run_timeout_s(protocol: Protocol, speeds: list[float | None], *, explicit: bool) -> float | None:
@@ -144,3 +162,16 @@ def run_timeout_s(protocol: Protocol, speeds: list[float | None], *, explicit: b
         return protocol.timeout if protocol.timeout is not None else DEFAULT_TIMEOUT_S
     estimate = local_estimate(protocol, min(known))
     return max(estimate, protocol.timeout or 0.0)
+
+
+def pipeline_timeout_s(calls: Sequence[int], debate: Protocol | None, speed: float | None) -> float:
+    """The default budget in seconds of one pipeline run; see the module docstring.
+
+    Args:
+        calls: the token cap of each of the pipeline's own calls (repairs are in the margin).
+        debate: the protocol of the debate the run holds, or None for none.
+        speed: the model's declared tokens/s (None: remote).
+    """
+    own = DEFAULT_TIMEOUT_S if speed is None else calls_estimate(calls, speed)
+    inner = 0.0 if debate is None else run_timeout_s(debate, [speed], explicit=False) or 0.0
+    return own + inner

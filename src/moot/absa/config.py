@@ -133,6 +133,14 @@ class AbsaConfig(_Strict):
         """Whether the debate runs."""
         return self.enable_debate
 
+    def stage_calls(self) -> list[int]:
+        """The token cap of every Stage-1/Stage-2 call one sentence makes (repairs not counted).
+
+        ATE, ATSA and the validator, and the two reviews with ``run_stage2``. Sizes the default
+        deadline (:func:`moot.absa.pipeline.default_timeout_s`).
+        """
+        return [self.max_tokens] * (5 if self.run_stage2 else 3)
+
     def protocol(self) -> Protocol:
         """The debate protocol this config runs."""
         if self._protocol is None:  # pragma: no cover - set by the validator

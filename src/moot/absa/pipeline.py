@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..deadline import Deadline, timeout_scope
+from ..deadline import Deadline, pipeline_timeout_s, timeout_scope
 from ..errors import UsageError
 from ..jsontext import check_unique_ids
 from ..models import default_model_spec, resolve_model, run_with_model
@@ -31,7 +31,15 @@ from .schemas import FinalResult, ModeratorInputs, ReviewContext, Stage1Result, 
 from .stage1 import run_stage1
 from .stage2 import run_stage2
 
-__all__ = ["BatchOutcome", "observed_batch", "run_absa", "run_absa_batch", "run_absa_sync"]
+__all__ = [
+    "DEADLINE_ERROR",
+    "BatchOutcome",
+    "default_timeout_s",
+    "observed_batch",
+    "run_absa",
+    "run_absa_batch",
+    "run_absa_sync",
+]
 
 _T = TypeVar("_T")
 
@@ -120,11 +128,17 @@ async def run_absa(
             as Stage 1, the review context and Stage 2 are done, and each debate
             :class:`~moot.transcript.Event` as it happens (``moot absa`` records them all, so a
             killed run keeps every completed step and turn).
-        timeout_s: seconds the run may take (``--timeout``); None: no limit of its own. At
-            the deadline the run stops and returns what it completed (trace, usage, failed
-            calls) with a ``deadline`` entry in ``errors``, so the result counts as failed.
-        deadline: a caller's deadline (a batch's): the run ends at the earlier of it and
-            ``timeout_s``, the same way. The debate keeps its own budget inside either.
+        timeout_s: seconds the run may take (``--timeout``); None: the default deadline,
+            :func:`default_timeout_s` (sized by :mod:`moot.deadline` for the config and the
+            model: on a remote backend 300 s for the stage calls plus the debate's own
+            budget, 300 s for the shipped presets, so 600 s; with a declared speed, e.g.
+            ``local``, an estimate of every call at that speed). At the deadline the run
+            stops and returns what it completed (trace, usage, failed calls) with a
+            ``deadline`` entry in ``errors`` (saying which deadline), so the result counts
+            as failed.
+        deadline: a caller's deadline (a batch's): the run ends at the earlier of it and its
+            own (``timeout_s`` or the default), the same way. The debate keeps its own budget
+            inside either.
         store: record the run in a run store: a store file, an open
             :class:`~moot.runs.RunStore`, True for ``$MOOT_STORE`` / ``./.moot/runs.db``, or None
             (the default) for nothing.
@@ -168,7 +182,7 @@ async def _run_absa(
                 on_event(event)
 
         rec = Recorder(on_progress=on_progress, on_event=forward)
-        result = await _analyse(sentence, mdl, cfg, rec, Deadline.within(timeout_s, deadline))
+        result = await _analyse(sentence, mdl, cfg, rec, timeout_s, deadline)
         run.end("fell_back" if result.failed else "complete", result, summary=_endpoints(mdl))
     return result
 
@@ -177,18 +191,36 @@ def _spec(model: str | Model | None) -> str | None:
     return model.name if isinstance(model, Model) else model
 
 
+async def default_timeout_s(config: AbsaConfig, model: Model) -> float:
+    """The default deadline in seconds of one sentence (:func:`run_absa` without ``timeout_s``).
+
+    :func:`moot.deadline.pipeline_timeout_s` of the config's stage calls and its debate (if on),
+    at the model's declared speed (``local`` measures its own when it loads; None: remote).
+    """
+    speed = await model.expected_speed()
+    return pipeline_timeout_s(config.stage_calls(), config.protocol() if config.debate_on else None, speed)
+
+
 async def _analyse(
-    sentence: str, mdl: Model, cfg: AbsaConfig, rec: Recorder, deadline: Deadline | None
+    sentence: str,
+    mdl: Model,
+    cfg: AbsaConfig,
+    rec: Recorder,
+    timeout_s: float | None,
+    given: Deadline | None,
 ) -> FinalResult:
     """:func:`run_absa` inside its observed run."""
-    if deadline is not None and deadline.expired():  # e.g. queued in a batch past its deadline
+    if given is not None and given.expired():  # e.g. queued in a batch past its deadline
         result = deadline_result(sentence, cfg)
         result.stage_requests = []
         return result
+    own = timeout_s if timeout_s is not None else await default_timeout_s(cfg, mdl)
+    deadline = Deadline.within(own, given)
+    default = timeout_s is None and deadline is not given  # the default deadline is the one that counts
     try:
         result = await _pipeline(sentence, mdl, cfg, rec, deadline)
     except _DeadlinePassed:
-        result = deadline_result(sentence, cfg)
+        result = deadline_result(sentence, cfg, default_s=own if default else None)
         result.trace, result.usage = rec.trace, rec.usage
         result.errors = dict(rec.errors) | result.errors
     result.stage_requests = rec.requests
@@ -206,11 +238,27 @@ async def _bounded(step: Awaitable[_T], deadline: Deadline | None) -> _T:
         raise _DeadlinePassed from None
 
 
-def deadline_result(sentence: str, config: AbsaConfig) -> FinalResult:
-    """The failed result of a sentence the ``--timeout`` deadline cut off (or never let start)."""
+DEADLINE_ERROR = "not finished before the --timeout deadline"
+"""``errors["deadline"]`` of a sentence a given deadline cut off (``--timeout``, a batch's)."""
+
+
+def deadline_result(sentence: str, config: AbsaConfig, *, default_s: float | None = None) -> FinalResult:
+    """The failed result of a sentence a deadline cut off (or never let start).
+
+    Args:
+        sentence: the sentence.
+        config: its config.
+        default_s: the default deadline's seconds when that one cut it (its ``errors`` say so),
+            None for a given one (``--timeout``, a batch's).
+    """
     result = FinalResult(sentence=sentence, label="neutral", confidence=0.0, mode=config.mode)
     result.debate_enabled, result.override_enabled = config.debate_on, config.enable_debate_override
-    result.errors = {"deadline": "not finished before the --timeout deadline"}
+    result.errors = {
+        "deadline": DEADLINE_ERROR
+        if default_s is None
+        else f"not finished within the default deadline of {round(default_s, 1):g} s "
+        "(--timeout S sets another)"
+    }
     return result
 
 
@@ -314,6 +362,8 @@ async def run_absa_batch(
         on_result: ``on_result(index, result)``, sync or async, called in completion order.
         timeout_s: seconds for the whole batch, one deadline shared by every sentence: those
             not finished by then (running or still queued) end as failed ``deadline`` results.
+            With or without it each sentence also ends at its own default deadline
+            (:func:`run_absa`), counted from when it starts.
         deadline: a caller's deadline; the batch ends at the earlier of it and ``timeout_s``.
         store: record the batch as one run, as for :func:`run_absa`.
         ids: the sentences' ids, as their units are named (default: their line numbers, from 1);

@@ -16,7 +16,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
@@ -33,6 +34,7 @@ from ..absa import (
     load_config,
     run_absa,
 )
+from ..absa.pipeline import DEADLINE_ERROR
 from ..absa.schemas import TraceStep
 from ..app import store_spec
 from ..app.absa import absa_batch
@@ -62,7 +64,7 @@ from ._store_options import NoStoreOption, StoreOption
 if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only with --ray
     from ..scale import RayOptions
 
-__all__ = ["print_absa_result", "read_inputs", "register"]
+__all__ = ["print_absa_result", "read_inputs", "register", "say_timed_out"]
 
 logger = logging.getLogger(__name__)
 
@@ -182,15 +184,34 @@ async def _batch(
         )
 
 
-def _timed_out(results: list[FinalResult], timeout: float | None) -> None:
-    """Say on stderr how many sentences ``--timeout`` cut off (their results are marked failed)."""
-    cut = sum("deadline" in r.errors for r in results)
-    if cut:
-        make_console(stderr=True).print(
-            f"[yellow]timeout:[/] {cut} sentences unfinished after --timeout {timeout:g} s "
-            "(recorded as failed with a deadline error)",
-            highlight=False,
+def say_timed_out(
+    reasons: Iterable[str],
+    timeout: float | None,
+    *,
+    noun: str = "sentences",
+    outcome: str = "recorded as failed with a deadline error",
+) -> None:
+    """Say on stderr how many sentence runs a deadline cut off, by deadline.
+
+    ``reasons``: the cut results' ``errors["deadline"]``; each is ``--timeout`` or the sentence's
+    default deadline (named with its seconds).
+    """
+    for reason, count in Counter(reasons).items():
+        said = (
+            f"after --timeout {timeout:g} s"
+            if reason == DEADLINE_ERROR and timeout is not None
+            else markup(reason.removeprefix("not finished "))
         )
+        make_console(stderr=True).print(
+            f"[yellow]timeout:[/] {count} {noun} unfinished {said}; {outcome}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _timed_out(results: list[FinalResult], timeout: float | None) -> None:
+    """:func:`say_timed_out` of the results a deadline cut off (marked failed, the deadline named)."""
+    say_timed_out((r.errors["deadline"] for r in results if "deadline" in r.errors), timeout)
 
 
 def _one_sentence(
@@ -349,7 +370,10 @@ def register(app: typer.Typer) -> None:
                 "--timeout",
                 min=0.1,
                 help="Seconds for the sentence (or the whole batch); what is unfinished then is "
-                "recorded as failed with a deadline error (exit 1).",
+                "recorded as failed with a deadline error (exit 1). Without it each sentence has "
+                "a default deadline sized for the config and model: on a remote model 300 s for "
+                "its stage calls plus the debate's budget (600 s with a shipped debate config); on "
+                "local an estimate of every call at its measured speed.",
             ),
         ] = None,
         cache: CacheOption = False,

@@ -46,6 +46,7 @@ from ._io import (
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
+from .absa import say_timed_out
 
 __all__ = ["BUILTIN_DATA", "absa_eval_cmd", "register"]
 
@@ -209,7 +210,8 @@ def absa_eval_cmd(
         typer.Option(
             "--timeout",
             min=0.1,
-            help="Seconds for the whole evaluation; unfinished sentences are scored failed (exit 1).",
+            help="Seconds for the whole evaluation; unfinished sentences are scored failed (exit 1). "
+            "Each sentence also ends at its default deadline (see moot absa --timeout).",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
@@ -236,7 +238,7 @@ def absa_eval_cmd(
     backend = resolve_model(model)  # an unknown provider fails here, before any progress output
     created = out is not None and not out.exists()
     predictions = _open_predictions(out)
-    cut: list[tuple[str, int]] = []
+    cut: list[str] = []  # the deadline of each sentence run one cut off
     first_error: list[str] = []  # shown when sentences fail: why, once
     recorded = {"data": data, "limit": limit, "model": model, "exclude_conflict": exclude_conflict}
     try:
@@ -247,7 +249,7 @@ def absa_eval_cmd(
 
             def done(name: str, i: int, res: FinalResult) -> None:
                 if "deadline" in res.errors:
-                    cut.append((name, i))
+                    cut.append(res.errors["deadline"])
                 if res.errors and not first_error:
                     stage, error = next(iter(res.errors.items()))
                     first_error.append(f"{stage}: {error}")
@@ -298,11 +300,7 @@ def absa_eval_cmd(
         _print_scores(scores, f"ABSA evaluation · {Path(data).name} · {len(items)} sentences", report)
     if out is not None:
         console.print(f"metrics: {out / 'metrics.json'}  predictions: {out / 'predictions.jsonl'}")
-    if cut:
-        console.print(
-            f"[yellow]timeout:[/] {len(cut)} sentence runs unfinished after --timeout {timeout:g} s "
-            "were scored failed"
-        )
+    say_timed_out(cut, timeout, noun="sentence runs", outcome="scored failed")
     failed = sum(s.failed for s in scores.values())
     if failed:
         total = sum(s.n for s in scores.values())
