@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+import moot.aio as aio
 import moot.graph_stream as graph_stream
 
 from .contradictions import (
@@ -448,7 +449,7 @@ def arbitrate_sync(reports: Sequence[AgentReport | dict[str, Any]], **kwargs: An
         finally:
             await debate.aclose()  # connection pools must not outlive this event loop
 
-    return asyncio.run(main())
+    return aio.run(main())
 
 
 # -- LangGraph: the arbitration as a node, with human review of flagged metrics ---------------------

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import moot.aio as aio
+
 from .deadline import Deadline, run_timeout_s
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
@@ -277,7 +279,7 @@ class Debate:
             finally:
                 await self.aclose()  # connection pools must not outlive this event loop
 
-        return asyncio.run(main())
+        return aio.run(main())
 
     async def stream(self, topic: str, **kwargs: Any) -> AsyncIterator[Event]:
         """Run the debate, yielding events as they happen; the last is ``debate_completed``.

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -25,6 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+import moot.aio as aio
 import moot.cli._exit as _exit
 
 from ..absa import (
@@ -468,7 +468,7 @@ def register(app: typer.Typer) -> None:
                 results = _local_batch(items, out, runner, cfg, concurrency, console, spec, timeout)
             else:  # the model is built on each worker, never loaded here
                 assert not isinstance(runner, Model)
-                results, _ = asyncio.run(
+                results, _ = aio.run(
                     _batch(items, out, runner, cfg, concurrency, console, spec, ray, timeout=timeout)
                 )
             failed = sum(r.failed for r in results)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import re
@@ -24,6 +23,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+import moot.aio as aio
 import moot.cli._exit as _exit
 
 from ..app import store_spec
@@ -389,7 +389,7 @@ def bench(
                 if ray is not None:
                     from ..scale import run_bench_ray
 
-                    run = asyncio.run(
+                    run = aio.run(
                         run_bench_ray(
                             config,
                             out=out_dir,

@@ -18,12 +18,13 @@ Provider SDKs are imported only when a spec that needs them is resolved.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
+
+import moot.aio as aio
 
 from ..errors import UnknownProviderError, UsageError
 from ._spec import spec_from_mapping, split_provider
@@ -102,7 +103,7 @@ def run_with_model(spec: str | Model | None, fn: Callable[[Model], Awaitable[T]]
         finally:
             await model.aclose()
 
-    return asyncio.run(main())
+    return aio.run(main())
 
 
 def default_model_spec() -> str:
