@@ -6,6 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from moot.absa import FinalResult, load_config, run_absa, run_absa_batch
 from moot.models.testing import ScriptedModel
 from moot.runs import RunStore
@@ -62,7 +64,9 @@ def test_a_batch_keeps_each_sentences_stage_requests_in_its_unit(tmp_path: Path)
     assert set(items) == {"a", "b"}
     for unit, res in zip("ab", results, strict=True):
         stored = items[unit]["result"]["stage_requests"]
-        assert [r["stage"] for r in stored] == STAGES
+        assert res.stage_requests is not None and len(stored) == len(res.stage_requests) >= 3
+        assert [r["stage"] for r in stored] == [r.stage for r in res.stage_requests]
+        assert stored[0]["stage"] == "ate" and stored[-1]["stage"] == "atsa_review"
         assert res.sentence in stored[0]["messages"][0]["content"]
     store.close()
 
@@ -76,3 +80,47 @@ def test_stored_stage_requests_are_redacted(tmp_path: Path) -> None:
     text = str(stored["stage_requests"])
     assert "hunter2" not in text and "K9" not in text and "example.com" in text
     store.close()
+
+
+def test_an_evaluation_keeps_each_sentence_runs_stage_requests_in_its_unit(tmp_path: Path) -> None:
+    from moot.absa import evaluate, load_dataset
+    from moot.models.testing import FunctionModel
+
+    from .test_absa_cli import brain
+
+    store = RunStore(tmp_path / "runs.db")
+    items = load_dataset(limit=2)
+    configs = {name: load_config(name) for name in ("default", "abl_no_debate")}
+    seen: dict[tuple[str, str], FinalResult] = {}
+    asyncio.run(
+        evaluate(
+            items,
+            configs,
+            model=FunctionModel(brain, name="evalfake"),
+            store=store,
+            on_result=lambda name, i, res: seen.__setitem__((items[i].id, name), res),
+        )
+    )
+    run = store.list()[0]
+    units = {(u.item, u.part): u.data for u in store.iter_items(run.id)}
+    assert set(units) == set(seen) and len(units) == 4
+    for key, res in seen.items():
+        stored = units[key]["result"]["stage_requests"]
+        assert res.stage_requests is not None and len(stored) == len(res.stage_requests) >= 3
+        assert [r["stage"] for r in stored] == [r.stage for r in res.stage_requests]
+        assert stored[0]["stage"] == "ate" and stored[-1]["stage"] == "atsa_review"
+        assert res.sentence in stored[0]["messages"][0]["content"]
+        assert FinalResult.model_validate(units[key]["result"]).stage_requests == res.stage_requests
+    store.close()
+    # The viewer's page of one evaluated sentence shows them, for each config.
+    pytest.importorskip("fastapi", reason="moot view needs the view extra")
+    from fastapi.testclient import TestClient
+
+    from moot.view import create_app
+
+    page = TestClient(create_app(str(tmp_path / "runs.db")), base_url="http://127.0.0.1:7575").get(
+        f"/runs/{run.id}/items/{items[0].id}"
+    )
+    assert page.status_code == 200
+    assert page.text.count('<details class="transcript stage-transcript" data-stage="ate"') == 2
+    assert "The stage requests were not kept" not in page.text

@@ -144,7 +144,8 @@ async def evaluate(
 
     The evaluation is one run (kind ``absa-eval``) for its observers (:mod:`moot.observe`): each
     prediction is a ``unit_completed`` event (``unit`` = gold id, ``part`` = config name, ``data``
-    = gold and result); the result is the scores by config, the score the best F1.
+    = gold and result, the result with its ``stage_requests`` as :meth:`FinalResult.record_data`
+    keeps them); the result is the scores by config, the score the best F1.
 
     Args:
         items: the labelled sentences.
@@ -181,7 +182,8 @@ async def evaluate(
 
         def unit(name: str, i: int, res: FinalResult) -> None:
             gold = items[i]
-            data = {"gold": gold.model_dump(mode="json"), "result": res.model_dump(mode="json")}
+            # record_data: the stage requests too, as a batch's units keep them (the viewer shows them).
+            data = {"gold": gold.model_dump(mode="json"), "result": res.record_data()}
             unscored = res.failed or gold.label is None  # no gold label: nothing to be right about
             correct = None if unscored else res.label == gold.label
             run.emit(
