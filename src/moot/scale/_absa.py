@@ -8,7 +8,8 @@ run store are written here alone), and are returned in input order, as
 A ``timeout_s`` is one deadline for the whole batch, as on one machine: each sentence goes to
 its worker with the seconds left (no clocks compared across machines), the worker ends it
 there as :func:`moot.absa.run_absa` does, and sentences still waiting for a worker at the
-deadline are never sent: they end here as failed ``deadline`` results.
+deadline are never sent: they end here as failed ``deadline`` results. With or without it each
+sentence also ends at its own default deadline on its worker (:func:`moot.absa.run_absa`).
 """
 
 from __future__ import annotations
@@ -39,10 +40,14 @@ class AbsaJob(Job):
     config: AbsaConfig
 
     async def run(self, model: Model, unit: Any) -> FinalResult:
-        """Analyse ``unit``: a sentence, or ``(sentence, seconds left)`` under a deadline."""
+        """Analyse ``unit``: a sentence, or ``(sentence, seconds left)`` under a deadline.
+
+        The batch's seconds left are a caller's deadline, made here: the sentence ends at the
+        earlier of it and its own default deadline, as in a batch on one machine.
+        """
         if isinstance(unit, tuple):
             sentence, seconds = unit
-            return await run_absa(sentence, model=model, config=self.config, timeout_s=seconds)
+            return await run_absa(sentence, model=model, config=self.config, deadline=Deadline.after(seconds))
         return await run_absa(str(unit), model=model, config=self.config)
 
 
@@ -82,7 +87,7 @@ async def run_absa_batch_ray(
             worker taking its share (None: the ``--model-concurrency`` cap of this context, else
             the backend's own).
         timeout_s: seconds for the whole batch, counted from when the workers are ready (see the
-            module docstring); None: no deadline.
+            module docstring); None: none for the batch (each sentence keeps its default).
 
     Raises:
         RunError: a sentence took :data:`moot.scale.MAX_DEATHS` workers down with it.
