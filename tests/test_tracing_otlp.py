@@ -224,6 +224,7 @@ span = TracerProvider().get_tracer("t").start_span("odd", attributes={"big": 2**
 span.end()
 exporter = otlp.SpanExporter(endpoint=f"http://127.0.0.1:{server.server_address[1]}/v1/traces", timeout=5)
 assert exporter.export([span]).name == "SUCCESS"
+assert "requests" not in sys.modules, "a plain http:// endpoint loaded requests"
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 assert bodies == [encode_spans([span]).SerializeToString()]
 import opentelemetry.exporter.otlp.proto.http.trace_exporter as official
@@ -246,3 +247,69 @@ def test_the_exporter_loads_protobuf_only_when_its_own_path_is_taken() -> None:
     done = subprocess.run([sys.executable, "-c", _FRESH], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+class _Flaky(_Sink):
+    """A sink answering its first post 503 with Retry-After: 0, then 200."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        handler = self.server.RequestHandlerClass
+        sink = self
+        first = [True]
+
+        def do_post(h: Any) -> None:
+            body = h.rfile.read(int(h.headers.get("Content-Length", "0")))
+            if first[0]:
+                first[0] = False
+                h.send_response(503)
+                h.send_header("Retry-After", "0")
+                h.send_header("Content-Length", "0")
+                h.end_headers()
+                return
+            sink.bodies.append(body)
+            h.send_response(200)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+
+        handler.do_POST = do_post  # type: ignore[attr-defined]
+
+
+def test_a_plain_http_endpoint_is_posted_without_requests_and_retried_on_503() -> None:
+    sink = _Flaky()
+    try:
+        spans = _spans()
+        exporter = SpanExporter(endpoint=sink.url, timeout=5)
+        assert type(exporter._client._transport).__module__ == "moot.app.otlp"
+        started = time.monotonic()
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+        assert sink.bodies == [encode_spans(spans)]  # the second post, after the 503
+        assert exporter.export(spans) is SpanExportResult.SUCCESS  # the kept connection
+        assert len(sink.bodies) == 2
+        assert time.monotonic() - started < 4
+        exporter.shutdown()
+    finally:
+        sink.server.shutdown()
+        sink.server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "env"),
+    [
+        ("https://collector.example:4318/v1/traces", {}),
+        ("http://127.0.0.1:9/v1/traces", {"HTTP_PROXY": "http://proxy.example:3128"}),
+        ("http://127.0.0.1:9/v1/traces", {"OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER": "x"}),
+    ],
+)
+def test_https_a_proxy_or_a_credential_provider_keep_the_exporters_own_transport(
+    endpoint: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moot.app.otlp import _plain_http
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert not _plain_http(endpoint)
+    if not env:
+        exporter = SpanExporter(endpoint=endpoint, timeout=1)
+        assert type(exporter._client._transport).__module__ != "moot.app.otlp"
+        exporter.shutdown()

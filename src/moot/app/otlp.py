@@ -17,6 +17,7 @@ protobuf runtime: only that path needs it (see :func:`_import_exporter`).
 from __future__ import annotations
 
 import importlib
+import os
 import struct
 import sys
 import types
@@ -265,8 +266,147 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> bytes:
     return b"".join(out)
 
 
+_PROXY_VARIABLES = ("http_proxy", "all_proxy")
+
+
+def _plain_http(endpoint: str | None) -> bool:
+    """Whether the exporter will post to a plain ``http://`` URL with nothing ``requests`` would add.
+
+    ``requests`` (the exporter's default transport) is what brings proxies from the environment,
+    its CA bundle, client certificates and a credential provider's session: with any of those in
+    play, or an ``https://`` endpoint, the default transport is kept.
+    """
+    env = os.environ
+    url = endpoint or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not (url or "http://localhost:4318").strip().lower().startswith("http://"):
+        return False
+    for name, value in env.items():
+        if not value:
+            continue
+        if name.lower() in _PROXY_VARIABLES or (name.startswith("OTEL_") and "CREDENTIAL_PROVIDER" in name):
+            return False
+    return True
+
+
+class _Answer:
+    """An HTTP answer's body and headers, kept for the exporter's client (status, retry-after)."""
+
+    __slots__ = ("body", "fields")
+
+    def __init__(self, body: bytes, fields: Any) -> None:
+        self.body = body
+        self.fields = fields
+
+
+def _transport() -> Any:
+    """An HTTP/1.1 keep-alive transport on the standard library's ``http.client``, for plain ``http://``.
+
+    The exporter's default transport imports ``requests`` (with ``urllib3``, ``idna``,
+    ``charset_normalizer``): ~45 ms of CPU at every start of a traced ``moot`` command, for one
+    POST a batch to a collector. This one implements the exporter's transport interface (the
+    ``_transport`` argument its constructor takes) and nothing else. None when that interface
+    is not there (another exporter version): the default transport then.
+    """
+    try:
+        from opentelemetry.exporter.http.transport._base import BaseHTTPResult, BaseHTTPTransport
+    except ImportError:
+        return None
+    import http.client
+    import threading
+    from urllib.parse import urlsplit
+
+    class Result(BaseHTTPResult):
+        answer: _Answer | None
+
+        def __init__(
+            self,
+            status: int | None = None,
+            reason: str | None = None,
+            error: Exception | None = None,
+            answer: _Answer | None = None,
+        ) -> None:
+            super().__init__(status_code=status, reason=reason, error=error)
+            object.__setattr__(self, "answer", answer)  # a frozen dataclass's field-less extra
+
+        def content(self) -> bytes:
+            return self.answer.body if self.answer is not None else b""
+
+        def headers(self) -> Any:
+            return self.answer.fields if self.answer is not None else {}
+
+    class Transport(BaseHTTPTransport):
+        def __init__(self) -> None:
+            self._lock = threading.Lock()
+            self._conn: http.client.HTTPConnection | None = None
+            self._where: tuple[str, int] | None = None
+
+        def request(
+            self,
+            method: str,
+            url: str,
+            *,
+            headers: dict[str, str] | None = None,
+            timeout: float | None = None,
+            data: bytes | None = None,
+        ) -> Any:
+            parts = urlsplit(url)
+            where = (parts.hostname or "localhost", parts.port or 80)
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            with self._lock:
+                conn = self._conn
+                if conn is None or self._where != where:
+                    if conn is not None:
+                        conn.close()
+                    conn = self._conn = http.client.HTTPConnection(*where, timeout=timeout)
+                    self._where = where
+                conn.timeout = timeout
+                if conn.sock is not None:
+                    conn.sock.settimeout(timeout)
+                try:
+                    conn.request(method, path, body=data, headers=headers or {})
+                    response = conn.getresponse()
+                    body = response.read()
+                except (OSError, http.client.HTTPException) as exc:
+                    conn.close()
+                    self._conn = None
+                    return Result(error=exc)
+                if response.will_close:
+                    conn.close()
+                    self._conn = None
+            return Result(response.status, response.reason, answer=_Answer(body, response.headers))
+
+        def close(self) -> None:
+            with self._lock:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+
+        def is_connection_error(self, exception: Exception | None) -> bool:
+            return isinstance(exception, OSError | http.client.HTTPException)
+
+    return Transport()
+
+
 class SpanExporter(OTLPSpanExporter):
-    """The OTLP/HTTP span exporter, encoding with :func:`encode_spans` (see the module docstring)."""
+    """The OTLP/HTTP span exporter, encoding with :func:`encode_spans` (see the module docstring).
+
+    To a plain ``http://`` endpoint (a local collector, Phoenix) it posts through a standard
+    library transport instead of ``requests`` (see :func:`_transport`); otherwise as the exporter does.
+    """
+
+    def __init__(self, endpoint: str | None = None, **kwargs: Any) -> None:
+        """Build the exporter as OpenTelemetry's (same arguments and environment variables)."""
+        plain = not kwargs.get("session") and not any(
+            kwargs.get(k) for k in ("certificate_file", "client_key_file", "client_certificate_file")
+        )
+        transport = _transport() if plain and "_transport" not in kwargs and _plain_http(endpoint) else None
+        if transport is not None:
+            try:
+                super().__init__(endpoint, _transport=transport, **kwargs)
+                return
+            except TypeError:  # an exporter version without that argument
+                pass
+        super().__init__(endpoint, **kwargs)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Encode ``spans`` and post them through the exporter's own client (its retries, timeout)."""
