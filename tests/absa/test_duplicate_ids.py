@@ -120,3 +120,18 @@ def test_semeval_xml_duplicates_are_named_by_their_sentence_ordinals(tmp_path: P
     )
     with pytest.raises(UsageError, match=r"duplicate item ids: s1 \(sentences 1, 3\)"):
         read_dataset(path)
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"), [("null", False), ("true", True), ('{"a": 1}', True), ("[1]", True), ("1.5", True)]
+)
+def test_an_id_is_a_string_or_an_integer_null_is_none(tmp_path: Path, value: str, refused: bool) -> None:
+    from moot.cli.absa import read_inputs
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(f'"First."\n{{"id": {value}, "sentence": "Second."}}\n', encoding="utf-8")
+    if refused:  # was read as the unit "True", "{'a': 1}", ...
+        with pytest.raises(UsageError, match=r"line 2: 'id' must be a string or an integer"):
+            read_inputs(path)
+    else:  # no id: the line's number, as for a line without one (was the unit "None")
+        assert read_inputs(path) == [("1", "First."), ("2", "Second.")]

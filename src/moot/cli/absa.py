@@ -79,8 +79,9 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
     of ``--output``), so a second one would take the first's place.
 
     Raises:
-        UsageError: missing file, not UTF-8, a line without a sentence (its number is named),
-            or an id on more than one line (each named, with its line numbers).
+        UsageError: missing file, not UTF-8, a line without a sentence or with an ``id`` that is
+            not a string or an integer (its number is named; ``null`` is no id), or an id on
+            more than one line (each named, with its line numbers).
     """
     out: list[tuple[str, str]] = []
     lines: list[int] = []
@@ -89,7 +90,10 @@ def read_inputs(path: Path) -> list[tuple[str, str]]:
             sentence, ident = data, str(number)
         elif isinstance(data, dict):
             sentence = data.get("sentence") or data.get("text") or ""
-            ident = str(data.get("id", number))
+            given = data.get("id")
+            if given is not None and (isinstance(given, bool) or not isinstance(given, str | int)):
+                raise UsageError(f"{path} line {number}: 'id' must be a string or an integer")
+            ident = str(number if given is None else given)
         else:
             sentence, ident = "", str(number)
         if not isinstance(sentence, str) or not sentence.strip():
