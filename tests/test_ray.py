@@ -80,8 +80,17 @@ def _dying_oracle(flag: str) -> FunctionModel:
 
 
 def _comparable(path: Path) -> list[dict[str, Any]]:
+    """The units, sorted, without their timings (``wall_s``, each answer's ``latency_s``...)."""
     records = sorted(load_records(path / "results.jsonl"), key=lambda r: (r.item_id, r.method))
-    return [r.model_dump(exclude={"wall_s"}) for r in records]
+    return [_untimed(r.model_dump()) for r in records]
+
+
+def _untimed(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _untimed(v) for k, v in data.items() if not k.endswith(("_s", "_ms"))}
+    if isinstance(data, list):
+        return [_untimed(v) for v in data]
+    return data
 
 
 def _report(path: Path) -> list[str]:
