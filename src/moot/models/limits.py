@@ -47,13 +47,18 @@ up to 30 s, for each throttle of a request sent after the previous pause began).
 **Rate after a pause: CUBIC on the send rate** (:class:`RatePacer`). A concurrency limit
 cannot hold a *rate* limit: with 50 ms answers one request in flight is already 20
 requests/s, and when a pause ends every waiting request would go at once into the bucket
-that refused them. So each 429/503 that starts a new pause also measures the rate the
-endpoint served since the previous one (answers over the time between the two, the pause
-included: what the server's bucket refilled), and from then on requests are *paced*: a
+that refused them. So a burst of 429/503s (two or more answered to requests sent before the
+pause began: a rate limit refuses every request beyond it, where a server refusing a request now
+and then refuses them one at a time) also measures the rate the endpoint served since the
+last decrease (answers over that time, pauses included: what the server's bucket refilled),
+and from then on requests are *paced*: a
 client-side token bucket sends at ``W * 0.7`` (``W``: that measured rate) when the pause
 ends and its rate follows the cubic window of TCP CUBIC (RFC 8312) in requests/s, as the
 AWS SDKs' adaptive retry mode does: ``W + 0.4 * (t - K)**3`` with ``K = cbrt(W * 0.3 / 0.4)``,
-back at ``W`` after ``K`` seconds, flat near it, then probing above. Pacing ends when the
+back at ``W`` after ``K`` seconds, flat near it, then probing above. A 429 before the rate is
+back at ``W`` changes nothing (a server that refuses some requests whatever the rate, or a
+client slower than ``W``, would otherwise ratchet the rate down at every throttle); the next
+rate is measured over the whole time since the last decrease. Pacing ends when the
 rate reaches four times ``W`` with no further throttle (the server allows more: the
 concurrency limit alone governs again). An endpoint never throttled is never paced.
 
@@ -420,6 +425,7 @@ class Endpoint:
         self.pacer = RatePacer()
         """The send rate after a throttle (CUBIC; inactive until the first 429/503 pause)."""
         self._served = 0  # answers that were not 429/503
+        self._burst_measured = True  # the current pause's burst measured the rate already
         self._rate_from: tuple[float, int] | None = None  # (time, _served) the rate is measured from
 
     # -- state ------------------------------------------------------------------------------
@@ -504,13 +510,19 @@ class Endpoint:
             self.throttled += 1
             self.limit.dropped(ticket.epoch, THROTTLE_CUT, step=True)
             if ticket.sent_at <= self._paused_at:
-                return  # sent before the current pause began: that pause already answers it
+                # Sent before the current pause began: that pause already answers it. A second
+                # 429 of one burst is a rate limit's mark (a server refusing one request now and
+                # then refuses them one at a time): measure the rate and pace from it.
+                if not self._burst_measured:
+                    self._burst_measured = True
+                    self._measure_rate(self._paused_at)
+                return
             self._throttle_run += 1
             if retry_after is None:
                 retry_after = min(_PAUSE_MAX, _PAUSE_BASE * 2 ** (self._throttle_run - 1))
             self._paused_at = now
             self.paused_until = max(self.paused_until, now + max(0.0, retry_after))
-            self._measure_rate(now)
+            self._burst_measured = False
             return
         self._served += 1
         self._throttle_run = 0
@@ -518,7 +530,12 @@ class Endpoint:
             self.limit.answered(now - ticket.sent_at, ticket.epoch, ticket.in_flight)
 
     def _measure_rate(self, now: float) -> None:
-        """A new pause: pace from the rate served since the last one (module docstring)."""
+        """A new pause: pace from the rate served since the last decrease (module docstring)."""
+        pacer = self.pacer
+        if pacer.w_max is not None and now - pacer.since < pacer.k:
+            # Still below the rate measured last: a 429 here says nothing new about the rate (a
+            # server refusing some requests whatever the rate would otherwise ratchet it to 0).
+            return
         start = self._rate_from
         self._rate_from = (now, self._served)
         if start is None:
@@ -526,7 +543,7 @@ class Endpoint:
         elapsed, served = now - start[0], self._served - start[1]
         # The first burst's 429s come back before any answer: nothing measured yet.
         if elapsed >= _MIN_RATE_SPAN and served > 0:
-            self.pacer.throttled(served / elapsed, self.paused_until, now)
+            pacer.throttled(served / elapsed, self.paused_until, now)
 
     def _failed(self, ticket: Ticket, now: float) -> None:
         self._unanswered += 1
