@@ -83,6 +83,15 @@ Usage::
     python bench/throughput.py                        # both parts, defaults below
     python bench/throughput.py --latency 1.0 --client raw --no-local
     python bench/throughput.py --no-http --local-tokens 96 --local-reps 4
+    python bench/throughput.py --no-local --client moot --trace off,on --pairs 10
+
+``--trace off,on --pairs N`` (what tracing costs): N untraced and N traced ``moot bench`` runs,
+alternated (off,on then on,off...), compared pair by pair: traced minus untraced client CPU per
+call with its mean, median and 95% confidence intervals (Student's t and a bootstrap), for the
+whole process (its own rusage: what a user pays, start-up included), the run alone (from the
+server's first request to the exit, the exporter's flush included), the start-up (in ms: what
+installing tracing costs once), and by thread (the main thread during the run, the others:
+the export thread), read from ``/proc`` while the child runs (``cpu_split.py``).
 """
 
 from __future__ import annotations
@@ -96,6 +105,7 @@ import operator
 import os
 import re
 import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -306,6 +316,10 @@ class FakeServer:
             "median_server_s_late": late[len(late) // 2] if late else float("nan"),
             "trace_bytes": int(st[_S_TRACE_BYTES]),
         }
+
+    def first_request(self) -> float:
+        """When the first model request arrived (``time.time()``), 0 before it."""
+        return float(self._stats[_S_FIRST])
 
     def __enter__(self) -> str:
         self._proc.start()
@@ -521,15 +535,20 @@ async def _harness_run(
     }
 
 
-def _moot_cli_run(base_url: str, items: int, concurrency: int, method: str, tmp: Path) -> dict[str, Any]:
+def _moot_cli_run(
+    base_url: str, items: int, concurrency: int, method: str, tmp: Path, server: FakeServer | None = None
+) -> dict[str, Any]:
     """``moot bench`` as a user types it: a subprocess, defaults, only ``--concurrency`` set.
 
     The run records itself as usual (its store in ``tmp``); no plots (they are drawn after the
     run, outside what is measured, and need matplotlib). With ``--trace on`` it is given
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the sink), as a user turns tracing on; off, no ``OTEL_*``.
+    Its CPU is the child's own rusage (``wait4``, start-up included); with ``server`` given, it
+    is also split into start-up and run, and by thread (:mod:`cpu_split`).
     """
-    import resource
     import subprocess
+
+    from cpu_split import ProcSampler
 
     out = tmp / "moot-out"
     cmd = [
@@ -537,15 +556,20 @@ def _moot_cli_run(base_url: str, items: int, concurrency: int, method: str, tmp:
         "--n", str(items), "--concurrency", str(concurrency), "--model", f"openai:fake?base_url={base_url}",
         "--out", str(out), "--store", str(tmp / "runs.db"), "--no-plots",
     ]  # fmt: skip
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     if _TRACE_ON and _TRACE_ENDPOINT:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = _TRACE_ENDPOINT
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False, env=env)
+    first = (lambda: server.first_request()) if server is not None else (lambda: 0.0)
+    with open(tmp / "stderr", "w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
+        with ProcSampler(proc.pid, first) as sampler:
+            _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, all its threads
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        stderr = err.read()
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = usage.ru_utime + usage.ru_stime
     results = out / "results.jsonl"
     records = (
         [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
@@ -553,7 +577,20 @@ def _moot_cli_run(base_url: str, items: int, concurrency: int, method: str, tmp:
         else []
     )
     calls = sum(int(r.get("calls", 0)) for r in records)
-    limits = re.findall(r"endpoint \S+: limit (\d+)-(\d+) \(now (\d+)\)", proc.stderr)
+    limits = re.findall(r"endpoint \S+: limit (\d+)-(\d+) \(now (\d+)\)", stderr)
+    split: dict[str, Any] = {}
+    if sampler.startup_s is not None:
+        run, others = cpu - sampler.startup_s, sampler.other_threads_s()
+        split = {
+            "startup_cpu_s": sampler.startup_s,
+            "run_cpu_s": run,
+            "run_ms_per_call": 1000 * run / max(1, calls),
+            # The main thread (the event loop, where spans are made) during the run: the other
+            # threads idle through the start-up (the export thread starts with nothing to send).
+            "main_ms_per_call": 1000 * (run - others) / max(1, calls),
+            "other_ms_per_call": 1000 * others / max(1, calls),
+            "threads": sampler.threads,
+        }
     return {
         "items": len(records),
         "failures": items - len(records),
@@ -562,9 +599,10 @@ def _moot_cli_run(base_url: str, items: int, concurrency: int, method: str, tmp:
         "wall_s": wall,
         "client_cpu_s": cpu,
         "cpu_ms_per_call": 1000 * cpu / max(1, calls),
+        **split,
         "exit_code": proc.returncode,
         "limit_range": [int(x) for x in limits[0]] if limits else None,
-        "stderr_tail": proc.stderr[-600:] if proc.returncode else "",
+        "stderr_tail": stderr[-600:] if proc.returncode else "",
     }
 
 
@@ -694,10 +732,10 @@ def _critical_calls(method: str) -> int:
 
 
 def _run_client(
-    client: str, latency: float, base_url: str, args: argparse.Namespace, tmp: Path
+    client: str, latency: float, base_url: str, args: argparse.Namespace, tmp: Path, server: FakeServer
 ) -> dict[str, Any]:
     if client == "moot":
-        return _moot_cli_run(base_url, args.items, args.concurrency, args.method, tmp)
+        return _moot_cli_run(base_url, args.items, args.concurrency, args.method, tmp, server)
     if client == "aiohttp":
         return asyncio.run(_aiohttp_run(base_url, args.items, args.concurrency))
     if client == "langgraph-sdk":
@@ -731,12 +769,19 @@ def _http_rows(
 ) -> list[dict[str, Any]]:
     for latency in (float(x) for x in str(args.latency).split(",")):
         ideal = args.concurrency / (_critical_calls(args.method) * latency)
-        for client, trace in ((c, t) for c in clients for t in modes):
+        # --pairs N: N rounds of the modes, the order reversed every other round (off,on then on,off:
+        # a drift of the machine's load cancels out of the pairs' differences).
+        rounds = max(1, args.pairs)
+        runs = [
+            (k, c, t) for k in range(rounds) for c in clients for t in (modes if k % 2 == 0 else modes[::-1])
+        ]
+        first_row = len(rows)
+        for pair, client, trace in runs:
             _tracing(trace == "on")
             exported = _TRACE_SINK.stats()["trace_bytes"] if _TRACE_SINK is not None else 0
             server = FakeServer(latency, args.server_timeout, rate=args.rate, slots=args.slots)
             with server as base_url, tempfile.TemporaryDirectory() as tmp:
-                result = _run_client(client, latency, base_url, args, Path(tmp))
+                result = _run_client(client, latency, base_url, args, Path(tmp), server)
                 seen = server.stats()
             seen.pop("trace_bytes")  # the model server's: always 0
             result |= seen
@@ -755,6 +800,7 @@ def _http_rows(
                 "items_per_s": items_per_s,
                 "ratio_to_ideal": items_per_s / ideal,
                 "load_avg": os.getloadavg(),
+                "pair": pair,
                 "rate": args.rate,
                 "slots": args.slots,
                 **result,
@@ -769,10 +815,60 @@ def _http_rows(
                 f"wall={result['wall_s']:.2f}s "
                 f"items/s={items_per_s:.1f} ideal={ideal:.1f} ratio={items_per_s / ideal:.3f} "
                 f"client CPU/call={result['cpu_ms_per_call']:.2f} ms load={os.getloadavg()[0]:.2f}"
-                + (f" exported={result['trace_bytes'] / 1e6:.1f} MB" if "trace_bytes" in result else ""),
+                + (f" exported={result['trace_bytes'] / 1e6:.1f} MB" if "trace_bytes" in result else "")
+                + (
+                    f" | start-up={1000 * result['startup_cpu_s']:.0f} ms run CPU/call="
+                    f"{result['run_ms_per_call']:.3f} ms (threads={result['threads']}: main "
+                    f"{result['main_ms_per_call']:.3f}, others {result['other_ms_per_call']:.3f} ms/call)"
+                    if "run_ms_per_call" in result
+                    else ""
+                ),
                 flush=True,
             )
+        if args.pairs and {"off", "on"} <= set(modes):
+            _print_pairs(rows[first_row:])
     return rows
+
+
+# (row key, label, scale): the figures compared pair by pair, traced minus untraced.
+_PAIRED = (
+    ("cpu_ms_per_call", "whole process, ms/call", 1.0),
+    ("run_ms_per_call", "run (first request to exit), ms/call", 1.0),
+    ("startup_cpu_s", "start-up, ms", 1000.0),
+    ("main_ms_per_call", "main thread in the run, ms/call", 1.0),
+    ("other_ms_per_call", "other threads, ms/call", 1.0),
+)
+
+
+def _print_pairs(rows: list[dict[str, Any]]) -> None:
+    """Traced minus untraced, pair by pair (``--pairs``): mean, median, 95% CIs, range; untraced spread."""
+    from cpu_split import describe
+
+    for client in dict.fromkeys(r["client"] for r in rows):
+        by_pair: dict[int, dict[str, dict[str, Any]]] = {}
+        for r in rows:
+            if r["client"] == client:
+                by_pair.setdefault(r["pair"], {})[r["trace"]] = r
+        pairs = [(p["off"], p["on"]) for p in by_pair.values() if "off" in p and "on" in p]
+        if not pairs:
+            continue
+        calls = statistics.fmean(on["calls"] for _, on in pairs)
+        print(f"[pairs] client={client} {len(pairs)} pairs, traced minus untraced (~{calls:.0f} calls/run):")
+        for key, label, scale in _PAIRED:
+            diffs = [scale * (on[key] - off[key]) for off, on in pairs if key in on and key in off]
+            if diffs:
+                print(f"[pairs]   {label:38s} {describe(diffs)}", flush=True)
+                if key == "startup_cpu_s":
+                    per_call = [d / on["calls"] for d, (_, on) in zip(diffs, pairs, strict=True)]
+                    print(f"[pairs]   {'start-up spread over the calls, ms/call':38s} {describe(per_call)}")
+        for key, label, _ in _PAIRED[:2]:
+            off_values = [off[key] for off, _ in pairs if key in off]
+            if off_values:
+                print(
+                    f"[pairs]   untraced {label}: mean {statistics.fmean(off_values):.3f}, "
+                    f"{min(off_values):.3f}-{max(off_values):.3f}",
+                    flush=True,
+                )
 
 
 def _print_scenario(args: argparse.Namespace, latency: float, r: dict[str, Any]) -> None:
@@ -838,6 +934,14 @@ def main(argv: list[str] | None = None) -> int:
         default="off",
         help="off, on, or off,on (interleaved): on exports every run's OpenTelemetry spans over "
         "OTLP/HTTP (batch processor) to a sink in the fake server's process; needs moot[otel]",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="with --trace off,on: run N pairs at each latency, alternated (off,on then on,off...), and "
+        "print the traced-minus-untraced differences of client CPU per call (whole process, run, "
+        "start-up, by thread) with their mean, median and 95%% confidence intervals",
     )
     parser.add_argument("--no-http", action="store_true")
     parser.add_argument("--no-local", action="store_true")
