@@ -205,8 +205,13 @@ def call_seed(seed: int, item_id: str, agent: int, round_: int) -> int:
     return zlib.crc32(f"{seed}:{item_id}:{agent}:{round_}".encode()) & 0x7FFFFFFF
 
 
-def score_reply(task: Task, item: Item, agent: str, text: str, finish: str | None = None) -> AgentAnswer:
-    """Parse and score one reply (a reply cut at the token cap is parsed as truncated)."""
+def score_reply(
+    task: Task, item: Item, agent: str, text: str, finish: str | None = None, **transcript: Any
+) -> AgentAnswer:
+    """Parse and score one reply (a reply cut at the token cap is parsed as truncated).
+
+    ``transcript``: the answer's transcript fields (``sent``, ``usage``, ``latency_s``...), kept as given.
+    """
     parsed = task.parse(text, item, truncated=finish == "length")
     return AgentAnswer(
         agent=agent,
@@ -217,6 +222,7 @@ def score_reply(task: Task, item: Item, agent: str, text: str, finish: str | Non
         lenient=parsed.value if parsed.value is not None else task.lenient(text, item),
         text=text,
         finish=finish,
+        **transcript,
     )
 
 
@@ -295,15 +301,26 @@ class _SentTable:
         return SentMessage(role=m.role, parts=parts)
 
 
-def _traced(answer: AgentAnswer, asked: _Asked, table: _SentTable) -> AgentAnswer:
-    return answer.model_copy(
-        update={
-            "sent": table.refs(asked.messages),
-            "usage": asked.usage,
-            "latency_s": round(asked.latency_s, 4),
-            "queue_s": round(asked.queue_s, 4),
-            "retries": list(asked.retries),
-        }
+def _traced(
+    ctx: MethodContext,
+    item: Item,
+    agent: str,
+    text: str,
+    finish: str | None,
+    asked: _Asked,
+    table: _SentTable | None,
+) -> AgentAnswer:
+    """The reply scored, with its transcript (``table`` None: the messages sent are not known)."""
+    return ctx.score(
+        item,
+        agent,
+        text,
+        finish,
+        sent=table.refs(asked.messages) if table is not None else None,
+        usage=asked.usage,
+        latency_s=round(asked.latency_s, 4),
+        queue_s=round(asked.queue_s, 4),
+        retries=list(asked.retries),
     )
 
 
@@ -463,7 +480,7 @@ class MethodContext:
         return _Asked(
             response,
             list(messages),
-            stats.usage.model_copy(),
+            stats.usage,  # this call's own (call_model made it; nothing changes it after the call)
             time.perf_counter() - started - stats.queue_s,
             stats.queue_s,
             tuple(retries),
@@ -497,9 +514,11 @@ class MethodContext:
             reply=response.text if response is not None else None,
         )
 
-    def score(self, item: Item, agent: str, text: str, finish: str | None = None) -> AgentAnswer:
+    def score(
+        self, item: Item, agent: str, text: str, finish: str | None = None, **transcript: Any
+    ) -> AgentAnswer:
         """Parse and score one reply (see :func:`score_reply`)."""
-        return score_reply(self.task, item, agent, text, finish)
+        return score_reply(self.task, item, agent, text, finish, **transcript)
 
     def debate(self, preset: str) -> Any:
         """The engine's ``Debate`` for a preset, built once per context, under its unit deadline."""
@@ -603,7 +622,7 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
             usage = usage + reply.usage
         texts = [reply.text for reply in replies]
         answers = [
-            _traced(ctx.score(item, f"agent{i}", a.response.text, a.response.finish_reason), a, table)
+            _traced(ctx, item, f"agent{i}", a.response.text, a.response.finish_reason, a, table)
             for i, a in enumerate(asked)
         ]
         rounds.append(answers)
@@ -681,8 +700,8 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
                 turn.queue_ms / 1000,
                 tuple(retried.get((turn.round, turn.speaker), ())),
             )
-            answer = _traced(ctx.score(item, turn.speaker, text), asked, table)
-            answers.append(answer if turn.sent is not None else answer.model_copy(update={"sent": None}))
+            kept = table if turn.sent is not None else None  # None: the turn's messages were not kept
+            answers.append(_traced(ctx, item, turn.speaker, text, None, asked, kept))
         rounds.append(answers)
     if result.fallback:  # kept for audit, never the method's answer (see the module docstring)
         record = _record(

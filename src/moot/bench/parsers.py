@@ -68,6 +68,7 @@ much of a difference between methods is answer format.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -111,6 +112,7 @@ _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
 # and only when attached to the digits: in "20 - 5" the last number is 5.
 _SIGNED = rf"(?:(?<![\w)\]}}.])-)?(?:{_NUM})"
 _NUMBER_RE = re.compile(_SIGNED)
+_NUM_RE = re.compile(_NUM)
 _PAREN_RE = re.compile(r"\(\s*([^()]{1,40}?)\s*\)")
 _BOXED_RE = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
 _HASHES_RE = re.compile(rf"####\s*\\?\$?\s*({_SIGNED})")
@@ -122,19 +124,25 @@ _FINAL_RE = re.compile(
 _MINUS_CHARS = str.maketrans({"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u00a0": " "})
 
 
+def _ascii_minus(text: str) -> str:
+    """``text`` with Unicode minus signs and dashes as ``-`` and no-break spaces as spaces."""
+    return text if text.isascii() else text.translate(_MINUS_CHARS)  # all four are non-ASCII
+
+
+@functools.lru_cache(maxsize=4096)  # a bench reads the same few answers in thousands of replies
 def canonical_number(text: str) -> str | None:
     """The canonical string of a number written as text, or None if it is not one number.
 
     ``"1,234"`` -> ``"1234"``, ``"-18.00"`` -> ``"-18"``, ``"$0.50"`` -> ``"0.5"``,
     ``"12 apples"`` -> None (not a bare number).
     """
-    s = text.translate(_MINUS_CHARS).strip()
+    s = _ascii_minus(text).strip()
     s = s.replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "").strip()
     s = s.rstrip(".").strip()
     negative = s.startswith("-")
     if negative:
         s = s[1:].strip()
-    if not re.fullmatch(_NUM, s):
+    if not _NUM_RE.fullmatch(s):
         return None
     try:
         value = Decimal(s.replace(",", ""))
@@ -154,7 +162,7 @@ def _marker_number(content: str) -> str | None:
         return direct
     # \boxed{\$18} or \boxed{18 \text{ dollars}}: accept when exactly one number is inside.
     if "\\" in content or "text" in content:
-        found = _NUMBER_RE.findall(content.translate(_MINUS_CHARS))
+        found = _NUMBER_RE.findall(_ascii_minus(content))
         if len(found) == 1:
             return canonical_number(found[0])
     return None
@@ -187,7 +195,7 @@ def parse_number(text: str, *, truncated: bool = False) -> Parsed:
     """
     if not text:
         return _FAILED
-    clean = text.translate(_MINUS_CHARS)
+    clean = _ascii_minus(text)
     finals = _final_statements(clean)
     if finals:
         return Parsed(finals[-1][1], finals[-1][2])
@@ -209,7 +217,7 @@ def parse_number(text: str, *, truncated: bool = False) -> Parsed:
 
 def lenient_number(text: str) -> str | None:
     """Lenient mode: the last number of the reply, truncated or not (never used for scoring)."""
-    for raw in reversed(_NUMBER_RE.findall(text.translate(_MINUS_CHARS))):
+    for raw in reversed(_NUMBER_RE.findall(_ascii_minus(text))):
         value = canonical_number(raw)
         if value is not None:
             return value

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+import orjson
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no lock
@@ -421,15 +423,15 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     }
 
 
-def _append(fh: TextIO, record: ItemRecord, results: Path, *, written: int) -> None:
-    """Write one unit's line to ``results``.
+def _append(fh: TextIO, line: str, results: Path, *, written: int) -> None:
+    """Write one unit's line (its record's JSON) to ``results``.
 
     Raises:
         ResourceError: disk full, quota or permission: the units before it are kept, and the
             message names the file and says how to go on.
     """
     try:
-        fh.write(record.model_dump_json() + "\n")
+        fh.write(line + "\n")
         fh.flush()
     except OSError as err:
         with contextlib.suppress(OSError):  # the buffer that failed would fail again at close
@@ -441,13 +443,17 @@ def _append(fh: TextIO, record: ItemRecord, results: Path, *, written: int) -> N
         ) from None
 
 
-def _unit_event(record: ItemRecord) -> PipelineEvent:
+def _unit_event(record: ItemRecord, line: str | None = None) -> PipelineEvent:
+    """The ``unit_completed`` event of ``record`` (``line``: its JSON, read back for the data)."""
+    # The JSON line read back is the record's JSON-mode dump, the same keys and values in the
+    # same order, at half the cost of serialising the record a second time.
+    data = orjson.loads(line) if line is not None else record.model_dump(mode="json")
     return PipelineEvent(
         kind="unit_completed",
         unit=record.item_id,
         part=record.method,
         correct=record.correct,
-        data=record.model_dump(mode="json"),
+        data=data,
     )
 
 
@@ -638,9 +644,10 @@ async def _run(
                         run.stopped = True
                     continue
                 streak = 0
-                _append(fh, record, results, written=len(previous) + len(fresh))
+                line = record.model_dump_json()
+                _append(fh, line, results, written=len(previous) + len(fresh))
                 fresh.append(record)
-                handle.emit(_unit_event(record))
+                handle.emit(_unit_event(record, line))
                 observer.finished_unit(record)
 
         try:

@@ -103,11 +103,14 @@ class LeanTransport:
         self._sessions: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]
         ] = weakref.WeakKeyDictionary()
+        # The last request's loop and session: one lookup per loop, not per request.
+        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], aiohttp.ClientSession] | None = None
 
     async def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         entry = self._sessions.get(loop)
         if entry is not None and not entry[0].closed:
+            self._last = (weakref.ref(loop), entry[0])
             return entry[0]
         # Forget loops that are gone: an entry's generator refers to its loop, so it would
         # keep every closed loop of a process that calls asyncio.run repeatedly alive.
@@ -127,6 +130,7 @@ class LeanTransport:
         guard = _closer(session)
         await guard.__anext__()  # registers the generator with the loop's shutdown hook
         self._sessions[loop] = (session, guard)
+        self._last = (weakref.ref(loop), session)
         return session
 
     async def post(self, url: str, body: bytes) -> RawResponse:
@@ -135,7 +139,11 @@ class LeanTransport:
         Raises:
             TransportError: no complete response (see the class).
         """
-        session = await self._session()
+        last = self._last
+        if last is not None and last[0]() is asyncio.get_running_loop() and not last[1].closed:
+            session = last[1]
+        else:
+            session = await self._session()
         try:
             async with session.post(url, data=body) as response:
                 data = await response.read()
@@ -153,6 +161,7 @@ class LeanTransport:
     async def aclose(self) -> None:
         """Close the running loop's session (the transport stays usable: the next call opens another)."""
         entry = self._sessions.pop(asyncio.get_running_loop(), None)
+        self._last = None
         if entry is not None:
             await entry[1].aclose()  # runs the generator's finally: session.close()
 

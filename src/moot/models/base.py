@@ -151,9 +151,8 @@ def check_allow_model_requests() -> None:
 
     Every real backend calls this first; test doubles do not.
     """
-    import moot.models.base as base  # read the module attribute so monkeypatching works
-
-    if not base.ALLOW_MODEL_REQUESTS:
+    # A global of this module: monkeypatching moot.models.base.ALLOW_MODEL_REQUESTS changes it.
+    if not ALLOW_MODEL_REQUESTS:
         raise ModelRequestsBlocked(
             "real model requests are disabled (moot.models.ALLOW_MODEL_REQUESTS is False); "
             "use ScriptedModel/FunctionModel or enable requests for this test"

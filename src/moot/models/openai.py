@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, Literal, cast, get_args
 
 import orjson
@@ -325,8 +325,15 @@ class OpenAIModel(SDKModel):
         """
         check_allow_model_requests()
         if request.n > 1:
-            return await self.sampler.sample(request, lambda r: self.modes.send(r, self._send))
+            return await self.sampler.sample(request, self._send_structured)
+        if request.json_schema is None:  # a plain request has no structured mode to choose
+            return await self._send(request, None)
         return await self.modes.send(request, self._send)
+
+    def _send_structured(self, request: ModelRequest) -> Awaitable[ModelResponse]:
+        if request.json_schema is None:
+            return self._send(request, None)
+        return self.modes.send(request, self._send)
 
     @property
     def structured_mode(self) -> StructuredMode:
@@ -360,19 +367,17 @@ class OpenAIModel(SDKModel):
 
     async def _send(self, request: ModelRequest, mode: StructuredMode | None) -> ModelResponse:
         body = self._body(request, mode)
-        if self.http == "lean":
-            return self._lean_response(await self._post(body))
-        return await self._send_sdk(body)
-
-    async def _post(self, body: dict[str, Any]) -> RawResponse:
-        """POST one body over the lean transport; no response at all becomes a ModelConnectionError."""
+        if self.http != "lean":
+            return await self._send_sdk(body)
+        # POST over the lean transport; no response at all becomes a ModelConnectionError.
         try:
-            return await self.pool.post(self._transport, orjson.dumps(body))
+            raw = await self.pool.post(self._transport, orjson.dumps(body))
         except TransportError as err:
             if err.timeout and not err.connect:
                 raise ModelTimeoutError(self.timeout, model=self.name) from err
             message = redact(f"{self.name}: {err}", (self._api_key,))
             raise ModelConnectionError(message, model=self.name, sent=not err.connect) from err
+        return self._lean_response(raw)
 
     def _lean_response(self, raw: RawResponse) -> ModelResponse:
         """Decode a lean-transport response, reading only the fields moot uses."""

@@ -151,6 +151,8 @@ class ReplicaPool:
         self.gate = Gate([r.endpoint for r in self.replicas])
         """The gate of the event loop that sent the last request (each loop has its own)."""
         self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Gate] = weakref.WeakKeyDictionary()
+        # The loop of the last request and its gate: the lookup above, once per loop.
+        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], Gate] | None = None
         self.max_per_replica = max_per_replica
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -161,6 +163,10 @@ class ReplicaPool:
     def _loop_gate(self) -> Gate:
         """The running loop's gate (asyncio objects belong to one loop; threads each run their own)."""
         loop = asyncio.get_running_loop()
+        last = self._last
+        if last is not None and last[0]() is loop and last[1] is self.gate:
+            if self.replicas[0].endpoint is self.gate.endpoints[0]:
+                return self.gate  # the same loop as the last request's: nothing to look up
         gate = self._gates.get(loop)
         if gate is None:
 
@@ -180,6 +186,7 @@ class ReplicaPool:
             self.gate = gate
             for ep, r in zip(gate.endpoints, self.replicas, strict=True):
                 r.endpoint = ep
+        self._last = (weakref.ref(loop), gate)
         return gate
 
     def set_cap(self, cap: int | None) -> None:
@@ -198,21 +205,21 @@ class ReplicaPool:
 
     def _exclude(self, tried: set[Endpoint]) -> set[Endpoint]:
         """``tried``, plus the replicas in their refusal backoff unless no other is left."""
+        if len(self.replicas) == 1:  # its only replica is never left out for a backoff
+            return tried
         now = self._clock()
         resting = {r.endpoint for r in self.replicas if r.down_until > now and r.endpoint not in tried}
         if resting and len(tried) + len(resting) < len(self.replicas):
             return tried | resting
         return tried
 
-    async def _take(self, gate: Gate, tried: set[Endpoint]) -> Ticket:
-        exclude = self._exclude(tried)
-        ticket = gate.try_acquire(exclude)
-        if ticket is None:
-            waited = time.perf_counter()
-            ticket = await gate.acquire(exclude)
-            stats = _CURRENT_STATS.get()
-            if stats is not None:
-                stats.queue_s += time.perf_counter() - waited
+    async def _take(self, gate: Gate, exclude: set[Endpoint]) -> Ticket:
+        """Wait for a ticket of an endpoint not in ``exclude`` (the time waited counts as queueing)."""
+        waited = time.perf_counter()
+        ticket = await gate.acquire(exclude)
+        stats = _CURRENT_STATS.get()
+        if stats is not None:
+            stats.queue_s += time.perf_counter() - waited
         return ticket
 
     async def post(self, transport: LeanTransport, body: bytes) -> RawResponse:
@@ -233,7 +240,9 @@ class ReplicaPool:
                 assert last is not None
                 n = len(self.replicas)
                 raise TransportError(f"all {n} endpoint(s) failed; last: {last}", connect=not reached)
-            ticket = await self._take(gate, tried)
+            exclude = self._exclude(tried)
+            # Room at once (the usual case) needs no coroutine of its own.
+            ticket = gate.try_acquire(exclude) or await self._take(gate, exclude)
             replica = self._by_endpoint[ticket.endpoint]
             if resend_counts:
                 note_extra_request()
