@@ -577,3 +577,64 @@ def test_a_plain_bench_nobody_listens_to_builds_no_request_records(tmp_path: Pat
         run_bench(config, model=resolve_model("test"), out=tmp_path / "b", store=tmp_path / "runs.db")
     )
     assert len(run.records) == 2
+
+
+def test_unit_spans_are_made_in_batches_by_count_by_time_and_at_the_end(
+    spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moot.app import tracing
+    from moot.transcript import RequestRecord
+
+    provider, exporter = spans
+    clock = [1000.0]
+    monkeypatch.setattr(tracing.time, "monotonic", lambda: clock[0])
+    obs = TraceObserver(provider.get_tracer("moot"))
+    obs.on_start(observe.RunStart(kind="bench", title="arithmetic", model="openai:m"))
+
+    def unit(i: int) -> None:
+        request = RequestRecord(model="openai:m", started=100.0 + i, ended=100.5 + i)
+        data = {"agent": 0, "round": 0}
+        obs.on_event(
+            observe.PipelineEvent(
+                kind="model_request", unit=f"u{i}", part="single", request=request, data=data
+            )
+        )
+        obs.on_event(
+            observe.PipelineEvent(
+                kind="unit_completed", unit=f"u{i}", part="single", correct=True, time=101.0 + i
+            )
+        )
+
+    def units() -> list[ReadableSpan]:
+        return [s for s in exporter.get_finished_spans() if s.name.startswith("unit ")]
+
+    for i in range(tracing._UNIT_BATCH - 1):
+        unit(i)
+    assert units() == []  # held until the batch is full
+    unit(tracing._UNIT_BATCH - 1)
+    assert len(units()) == tracing._UNIT_BATCH  # the full batch, each unit with its chat span
+    assert (
+        len([s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]) == tracing._UNIT_BATCH
+    )
+    unit(100)
+    clock[0] += tracing._UNIT_WAIT_S - 0.01
+    unit(101)
+    assert len(units()) == tracing._UNIT_BATCH
+    clock[0] += 0.02  # the first held unit ended a batch's time ago: the next one flushes them
+    unit(102)
+    assert len(units()) == tracing._UNIT_BATCH + 3
+    unit(103)
+    obs.on_end(observe.RunEnd(status="complete"))
+    finished = exporter.get_finished_spans()
+    made = {str((s.attributes or {})["moot.unit"]): s for s in finished if s.name.startswith("unit ")}
+    assert len(made) == tracing._UNIT_BATCH + 4 and "u103" in made  # the rest at the run's end
+    chats = [s for s in finished if s.name.startswith("chat ")]
+    assert len(chats) == len(made)
+    for chat in chats:  # under its own unit (request i started at 100 + i)
+        assert chat.start_time is not None and chat.parent is not None
+        assert chat.parent.span_id == made[f"u{chat.start_time // 10**9 - 100}"].context.span_id
+    # Each span keeps its unit's own times, made whenever it was.
+    assert made["u7"].end_time == 108 * 10**9
+    root = [s for s in finished if s.name == "invoke_workflow moot.bench"]
+    assert len(root) == 1
+    assert all(u.parent is not None and u.parent.span_id == root[0].context.span_id for u in made.values())
