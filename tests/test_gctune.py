@@ -33,11 +33,11 @@ def test_tuned_gc_raises_the_thresholds_and_restores_them() -> None:
 
 
 def test_tuned_gc_keeps_higher_thresholds_and_restores_after_an_error() -> None:
-    gc.set_threshold(50_000, 30, 5)
+    gc.set_threshold(200_000, 30, 5)
     with pytest.raises(RuntimeError), tuned_gc():
-        assert gc.get_threshold() == (50_000, 30, 20)
+        assert gc.get_threshold() == (200_000, 30, 20)
         raise RuntimeError("boom")
-    assert gc.get_threshold() == (50_000, 30, 5)
+    assert gc.get_threshold() == (200_000, 30, 5)
 
 
 def _thresholds_seen(fake_provider: RegisterProvider) -> list[tuple[int, int, int]]:
