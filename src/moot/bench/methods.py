@@ -576,6 +576,17 @@ async def _gather(calls: list[Any]) -> list[_Asked]:
     return [t.result() for t in tasks]
 
 
+def _added(usages: list[Usage]) -> Usage:
+    """The sum of ``usages`` (one Usage built, not one per addition)."""
+    return Usage(
+        calls=sum(u.calls for u in usages),
+        prompt_tokens=sum(u.prompt_tokens for u in usages),
+        completion_tokens=sum(u.completion_tokens for u in usages),
+        attempts=sum(u.attempts for u in usages),
+        cached=sum(u.cached for u in usages),
+    )
+
+
 def _split(asked: _Asked, n: int) -> list[_Asked]:
     """One reply per sample of an ``n > 1`` call; the call's usage (and retries) stay on the first."""
     reply = asked.response
@@ -604,7 +615,7 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
     histories = [[Message(role="user", content=item.prompt)] for _ in range(n)]
     rounds: list[list[AgentAnswer]] = []
     table = _SentTable(rounds)
-    usage = Usage()
+    spent: list[Usage] = []  # every reply's usage, added up once at the end
     texts: list[str] = []
     stopped = False
     for r in range(spec.rounds):
@@ -618,8 +629,7 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
         else:
             asked = await _gather([ctx._ask(item, spec.name, i, r, list(histories[i])) for i in range(n)])
         replies = [a.response for a in asked]
-        for reply in replies:
-            usage = usage + reply.usage
+        spent.extend(reply.usage for reply in replies)
         texts = [reply.text for reply in replies]
         answers = [
             _traced(ctx, item, f"agent{i}", a.response.text, a.response.finish_reason, a, table)
@@ -644,7 +654,7 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
         rounds,
         final,
         lenient,
-        usage,
+        _added(spent),
         started,
         stopped_early=stopped,
         messages=table.messages,
