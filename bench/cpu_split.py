@@ -26,6 +26,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def _ns(path: str) -> int | None:
@@ -125,12 +126,24 @@ def t_ci(values: Sequence[float]) -> tuple[float, float]:
     return mean - half, mean + half
 
 
+def summary(values: Sequence[float]) -> dict[str, Any]:
+    """Paired differences' mean, median, 95% CIs (t and bootstrap), range and count."""
+    return {
+        "mean": statistics.fmean(values),
+        "median": statistics.median(values),
+        "ci95_t": t_ci(values),
+        "ci95_bootstrap": bootstrap_ci(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
 def describe(values: Sequence[float]) -> str:
-    """``mean, median, 95% CI (t and bootstrap), range`` of paired differences, as one line."""
-    mean, median = statistics.fmean(values), statistics.median(values)
-    lo, hi = t_ci(values)
-    blo, bhi = bootstrap_ci(values)
+    """:func:`summary` as one line."""
+    s = summary(values)
+    (lo, hi), (blo, bhi) = s["ci95_t"], s["ci95_bootstrap"]
     return (
-        f"mean {mean:+.3f} median {median:+.3f} 95% CI t [{lo:+.3f}, {hi:+.3f}] "
-        f"bootstrap [{blo:+.3f}, {bhi:+.3f}] range [{min(values):+.3f}, {max(values):+.3f}] n={len(values)}"
+        f"mean {s['mean']:+.3f} median {s['median']:+.3f} 95% CI t [{lo:+.3f}, {hi:+.3f}] "
+        f"bootstrap [{blo:+.3f}, {bhi:+.3f}] range [{s['min']:+.3f}, {s['max']:+.3f}] n={s['n']}"
     )

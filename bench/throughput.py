@@ -840,9 +840,13 @@ _PAIRED = (
 )
 
 
+PAIRS: list[dict[str, Any]] = []
+"""The ``--pairs`` summaries printed so far (written to ``--json`` beside the rows)."""
+
+
 def _print_pairs(rows: list[dict[str, Any]]) -> None:
     """Traced minus untraced, pair by pair (``--pairs``): mean, median, 95% CIs, range; untraced spread."""
-    from cpu_split import describe
+    from cpu_split import describe, summary
 
     for client in dict.fromkeys(r["client"] for r in rows):
         by_pair: dict[int, dict[str, dict[str, Any]]] = {}
@@ -853,13 +857,17 @@ def _print_pairs(rows: list[dict[str, Any]]) -> None:
         if not pairs:
             continue
         calls = statistics.fmean(on["calls"] for _, on in pairs)
+        kept: dict[str, Any] = {"client": client, "latency_s": rows[0]["latency_s"], "pairs": len(pairs)}
+        PAIRS.append(kept)
         print(f"[pairs] client={client} {len(pairs)} pairs, traced minus untraced (~{calls:.0f} calls/run):")
         for key, label, scale in _PAIRED:
             diffs = [scale * (on[key] - off[key]) for off, on in pairs if key in on and key in off]
             if diffs:
+                kept[label] = summary(diffs)
                 print(f"[pairs]   {label:38s} {describe(diffs)}", flush=True)
                 if key == "startup_cpu_s":
                     per_call = [d / on["calls"] for d, (_, on) in zip(diffs, pairs, strict=True)]
+                    kept["start-up, ms/call"] = summary(per_call)
                     print(f"[pairs]   {'start-up spread over the calls, ms/call':38s} {describe(per_call)}")
         for key, label, _ in _PAIRED[:2]:
             off_values = [off[key] for off, _ in pairs if key in off]
@@ -982,7 +990,10 @@ def main(argv: list[str] | None = None) -> int:
         rows += local_part(args)
     print(f"load average after: {os.getloadavg()}", flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"load": os.getloadavg(), "rows": rows}, indent=2) + "\n")
+        figures: dict[str, Any] = {"load": os.getloadavg(), "rows": rows}
+        if PAIRS:
+            figures["pairs"] = PAIRS  # traced minus untraced, ms a call (start-up: ms)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 

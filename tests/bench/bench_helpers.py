@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 from moot.models import FunctionModel, ModelRequest
 
@@ -41,3 +44,13 @@ def oracle(plan: Plan, *, delay: float = 0.0) -> FunctionModel:
         return reply_for(plan(item, agent, int(request.metadata["round"])), gold_of(request))
 
     return FunctionModel(fn, delay=delay)
+
+
+def bench_script(name: str) -> ModuleType:
+    """The script ``bench/{name}.py``, imported as a module."""
+    path = Path(__file__).parent.parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

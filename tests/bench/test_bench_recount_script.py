@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_helpers import bench_script
 
 from moot.cli import main
 from moot.models import FunctionModel
@@ -16,11 +16,7 @@ ROOT = Path(__file__).parent.parent.parent
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("recount", ROOT / "bench" / "recount.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("recount")
 
 
 def test_recount_agrees_with_the_report_and_flags_a_changed_figure(
