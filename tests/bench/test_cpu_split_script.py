@@ -12,8 +12,6 @@ from types import ModuleType
 import pytest
 from bench_helpers import bench_script
 
-ROOT = Path(__file__).parent.parent.parent
-
 
 def _script() -> ModuleType:
     return bench_script("cpu_split")

@@ -504,7 +504,7 @@ class MethodContext:
             ended=time.time(),
             max_tokens=request.max_tokens,
             temperature=request.temperature,
-            usage=stats.usage.model_copy(),
+            usage=stats.usage,  # this call's own, as _Asked keeps it (a copy cost ~1.4 us a call)
             finish_reason=response.finish_reason if response is not None else None,
             error_kind=type(error).__name__ if error is not None else None,
             error=error_text(error) if error is not None else None,
