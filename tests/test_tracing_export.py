@@ -121,6 +121,10 @@ def test_moot_run_exports_its_trace(collector: Collector, tmp_path: Any) -> None
     assert "Is tea good for you?" not in json.dumps(spans)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_still_sends_what_the_run_did(collector: Collector, tmp_path: Any) -> None:
     def slow(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
         return Fate(content=schema_reply(body), delay=0.6)
@@ -133,6 +137,9 @@ def test_ctrl_c_still_sends_what_the_run_did(collector: Collector, tmp_path: Any
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            # A suite started in the background (`make test &`) inherits Ctrl-C ignored, and so
+            # would the child: give it the default disposition, as a terminal's process has.
+            preexec_fn=_default_sigint,
         )
         deadline = time.monotonic() + 60
         while server.requests < 3 and time.monotonic() < deadline:  # round 2 under way
