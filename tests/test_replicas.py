@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
 from typing import Any
 
@@ -211,7 +212,11 @@ def test_one_replica_dies_mid_run_and_nothing_is_lost(monkeypatch: pytest.Monkey
                 return reply.text
 
             tasks = [asyncio.create_task(one(i)) for i in range(90)]
-            await asyncio.sleep(0.12)  # the victim has answered some and holds others in flight
+            # Killed once it has read a few requests (answered some, holds others in flight). A
+            # fixed 0.12 s was too short in a loaded full-suite run: the victim had read none.
+            deadline = time.monotonic() + 10
+            while victim.requests < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
             await asyncio.to_thread(victim.__exit__, None, None, None)
             try:
                 return await asyncio.gather(*tasks)
