@@ -475,7 +475,7 @@ async def observed_batch(
 
         outcome = await work(done)
         results = outcome.results
-        usage = sum((r.usage for r in results), Usage())
+        usage = Usage.sum_of(r.usage for r in results)
         failed = sum(r.failed for r in results)
         summary = {"sentences": len(results), "failed": failed} | outcome.summary
         run.end(degraded_status(failed, len(results)), usage=usage, summary=summary)

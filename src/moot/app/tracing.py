@@ -541,15 +541,16 @@ class TraceObserver:
         # A benchmark unit's plain requests until the unit ends (its span is made then).
         self._requests: dict[tuple[str, str], _Requests] = {}
         self._sentence_attrs: dict[str, Any] = {}
-        # Ended units whose spans are not made yet (see _UNIT_BATCH), and when the first of them ended.
-        self._pending: list[tuple[Any, _Requests]] = []
+        # Ended units (event, unit, part, requests) whose spans are not made yet (see _UNIT_BATCH),
+        # and when the first of them ended.
+        self._pending: list[tuple[Any, Any, Any, _Requests]] = []
         self._pending_since = 0.0
 
     def _flush_units(self) -> None:
         """Make the spans of the units ended so far (a batch of them, or the run's end)."""
         pending, self._pending = self._pending, []
-        for event, requests in pending:
-            self._unit(event, requests)
+        for event, unit, part, requests in pending:
+            self._unit(event, unit, part, requests)
 
     def on_start(self, start: observe.RunStart) -> None:
         """Note the caller's context; open the root span of a pipeline run."""
@@ -730,13 +731,12 @@ class TraceObserver:
         now = time.monotonic()
         if not self._pending:
             self._pending_since = now
-        self._pending.append((event, self._requests.pop((str(unit), str(part)), [])))
+        self._pending.append((event, unit, part, self._requests.pop((str(unit), str(part)), [])))
         if len(self._pending) >= _UNIT_BATCH or now - self._pending_since >= _UNIT_WAIT_S:
             self._flush_units()
 
-    def _unit(self, event: Any, requests: _Requests) -> None:
+    def _unit(self, event: Any, unit: Any, part: Any, requests: _Requests) -> None:
         data: Mapping[str, Any] = getattr(event, "data", {}) or {}
-        unit, part = self._unit_key(event)
         ended = float(getattr(event, "time", 0.0) or time.time())
         wall = data.get("wall_s")
         started = ended - wall if isinstance(wall, int | float) and wall > 0 else ended

@@ -576,17 +576,6 @@ async def _gather(calls: list[Any]) -> list[_Asked]:
     return [t.result() for t in tasks]
 
 
-def _added(usages: list[Usage]) -> Usage:
-    """The sum of ``usages`` (one Usage built, not one per addition)."""
-    return Usage(
-        calls=sum(u.calls for u in usages),
-        prompt_tokens=sum(u.prompt_tokens for u in usages),
-        completion_tokens=sum(u.completion_tokens for u in usages),
-        attempts=sum(u.attempts for u in usages),
-        cached=sum(u.cached for u in usages),
-    )
-
-
 def _split(asked: _Asked, n: int) -> list[_Asked]:
     """One reply per sample of an ``n > 1`` call; the call's usage (and retries) stay on the first."""
     reply = asked.response
@@ -654,7 +643,7 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
         rounds,
         final,
         lenient,
-        _added(spent),
+        Usage.sum_of(spent),
         started,
         stopped_early=stopped,
         messages=table.messages,

@@ -197,6 +197,15 @@ class Usage(BaseModel):
         """Prompt plus completion tokens."""
         return self.prompt_tokens + self.completion_tokens
 
+    @classmethod
+    def sum_of(cls, usages: Iterable[Usage]) -> Usage:
+        """The sum of ``usages``, built once (``+`` in a loop builds one Usage per addition)."""
+        totals = dict.fromkeys(cls.model_fields, 0)  # every field is a count
+        for usage in usages:
+            for name in totals:
+                totals[name] += getattr(usage, name)
+        return cls(**totals)
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             calls=self.calls + other.calls,
