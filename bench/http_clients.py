@@ -1,12 +1,14 @@
 """Client CPU per call of the candidate HTTP libraries for the lean transport (a benchmark, not a test).
 
-Both clients POST the same orjson-encoded chat request to ``bench/fake_openai.py``
-(its own process, fixed latency) and decode the reply with orjson; no SDK, no moot.
+Each client (moot's lean transport, aiohttp, httpx) POSTs the same orjson-encoded chat
+request to ``bench/fake_openai.py`` (its own process, fixed latency) and decodes the reply
+with orjson; no SDK, nothing else of moot.
 For each library and each number of calls in flight it reports calls/s and the
-client process's CPU time per call (``time.process_time``). The result chose
-aiohttp for ``moot.models._http`` (see that module's docstring).
+client process's CPU time per call (``time.process_time``). The results chose
+aiohttp over httpx first, then moot's own transport over aiohttp (``moot.models._http``'s docstring).
 
-Run: ``python bench/http_clients.py [--latency 0.2] [--in-flight 30,100,300] [--calls 1500]``.
+Run: ``python bench/http_clients.py [--latency 0.2] [--in-flight 30,100,300] [--calls 1500]
+[--libs lean,aiohttp,httpx]``.
 Every run is bounded: the server exits by itself after ``--server-timeout`` seconds and
 each client run has a time limit.
 """
@@ -47,6 +49,17 @@ async def _measure(lib: str, url: str, in_flight: int, calls: int) -> dict[str, 
                 return response.status
 
         close = session.close
+    elif lib == "lean":
+        from moot.models._http import LeanTransport
+
+        lean = LeanTransport(HEADERS, timeout=60)
+
+        async def one() -> int:
+            raw = await lean.post(url, orjson.dumps(BODY))
+            orjson.loads(raw.body)
+            return raw.status
+
+        close = lean.aclose
     else:
         import httpx
 
@@ -89,7 +102,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--in-flight", default="30,100,300")
     parser.add_argument("--calls", type=int, default=1500)
-    parser.add_argument("--libs", default="aiohttp,httpx")
+    parser.add_argument("--libs", default="lean,aiohttp,httpx")
     parser.add_argument("--run-timeout", type=float, default=120, help="seconds per client run")
     parser.add_argument("--server-timeout", type=float, default=900)
     args = parser.parse_args()

@@ -459,7 +459,7 @@ def test_lean_session_closes_with_its_loop_without_aclose(server: FaultServer) -
         gc.collect()
     assert not [w for w in caught if "nclosed" in str(w.message)]
     assert server.requests == 3
-    assert len(model._transport._sessions) == 1  # closed loops are not kept alive
+    assert len(model._transport._pools) == 1  # closed loops are not kept alive
 
 
 @pytest.mark.parametrize("http", STACKS)

@@ -1,53 +1,89 @@
 """The lean HTTP transport behind the ``openai:`` backend: POST bytes, get (status, headers, body).
 
-Why aiohttp and not httpx: measured with ``bench/http_clients.py`` (one process,
-the fake server of ``bench/fake_openai.py`` in another, 200 ms latency, orjson
-bodies on both sides, no SDK), the client's CPU per call was:
+A keep-alive HTTP/1.1 client written on asyncio's protocol layer, because the
+client's CPU per call bounds a debate runner's throughput: at 1,500 calls/s,
+every 0.1 ms a call is 15% of a core spent before the next request can go out.
+Measured with 300 calls in flight against ``bench/fake_openai.py`` (its own
+process, 200 ms latency; orjson bodies; no SDK), CPU per call of the client
+process, three alternated runs each, load average 0.2-0.3:
 
-=============  ============  ============  ============
-in flight      30            100           300
-=============  ============  ============  ============
-aiohttp 3.14   0.25-0.28 ms  0.19-0.32 ms  0.17-0.27 ms
-httpx 0.28     1.5-1.9 ms    9.3-12.9 ms   11.0-12.1 ms
-=============  ============  ============  ============
+================================  ==================
+aiohttp 3.14 ``ClientSession``     0.170-0.212 ms
+this transport                     0.047-0.053 ms
+httpx 0.28                         1.5-12 ms (its pool walks every connection per request)
+================================  ==================
 
-(two runs, load average 3-8 on the 2 cores; ``bench/results/http_clients.txt``).
+aiohttp was the previous transport (and is why httpx was not: see
+``bench/results/http_clients.txt``); most of its cost is per-request machinery
+moot does not use (cookie jars, redirects, tracing hooks, multidicts, timers
+per phase, a response object per request).
 
-httpx's connection pool (httpcore) walks its connection list for every request
-and every release, so its cost grows with the number of calls in flight: at
-100 in flight it could not pass 45 calls/s on these 2 cores, where aiohttp did
-430. A debate runner keeps hundreds of calls in flight, so the choice is aiohttp
-(which also parses HTTP in C, llhttp).
+What the transport does:
 
-What the transport does and does not do:
-
-* one ``aiohttp.ClientSession`` per event loop (sessions bind to the loop that
-  made them, and ``run_sync`` uses a fresh loop per call), keep-alive, no
-  connection limit of its own (the model's concurrency gate and the replica
-  caps limit what is in flight), no cookie jar;
+* one connection pool per event loop (``run_sync`` uses a fresh loop per call,
+  and a connection belongs to the loop that opened it), keep-alive, connections
+  idle for more than 4 s are not reused (below uvicorn's 5 s, after which vLLM
+  and llama-cpp-python's server close them: a request sent on a connection the
+  server is closing fails), no connection limit of its own (the model's
+  concurrency gate and the replica caps limit what is in flight);
+* ``http://`` and ``https://`` (the system's certificate store, which honours
+  ``SSL_CERT_FILE``); responses framed by ``Content-Length``, chunked, or by the
+  server closing the connection; ``gzip`` and ``deflate`` bodies decoded;
+  informational (1xx) answers skipped. No proxies (as aiohttp's default before
+  it): the ``http=sdk`` stack honours ``HTTPS_PROXY``;
 * it reads the whole body as bytes and returns it with the status and headers:
   JSON decoding, error statuses and usage are the backend's business;
 * every failure to get a response becomes a :class:`TransportError` that says
   whether the request could have reached the server (``connect=False``) or
-  provably did not (``connect=True``: refused, unreachable, connect timed out),
-  which is what replica routing needs to retry safely elsewhere;
-* a session left open when its loop shuts down is closed by the loop's
-  ``shutdown_asyncgens`` (a parked async generator holds it), so ``asyncio.run``
-  needs no ``aclose`` to avoid aiohttp's "Unclosed client session" warning.
+  provably did not (``connect=True``: refused, unreachable, TLS handshake
+  failed, connect timed out), which is what replica routing needs to retry
+  safely elsewhere. A connection that fails or is abandoned mid-request (a
+  timeout, a cancelled task) is closed, never reused;
+* connections left open when their loop shuts down are closed by the loop's
+  ``shutdown_asyncgens`` (a parked async generator holds the pool), so
+  ``asyncio.run`` needs no ``aclose`` to avoid "unclosed transport" warnings.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
+import ssl
 import time
 import weakref
-from collections.abc import AsyncGenerator, Mapping
+import zlib
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass
-
-import aiohttp
+from urllib.parse import urlsplit
 
 __all__ = ["LeanTransport", "RawResponse", "TransportError", "json_headers", "parse_retry_after"]
+
+_KEEPALIVE_S = 4.0
+"""Idle seconds after which a pooled connection is closed instead of reused (see the module docstring)."""
+_MAX_HEAD_BYTES = 256 * 1024
+"""A response head longer than this is not HTTP we can use."""
+
+
+class Headers(Mapping[str, str]):
+    """Response headers: names lower-cased, looked up case-insensitively; repeated fields joined by ", "."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        self._fields = fields  # names already lower-cased
+
+    def __getitem__(self, key: str) -> str:
+        return self._fields[key.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._fields!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +95,7 @@ class RawResponse:
     headers: Mapping[str, str]
     """Response headers (case-insensitive lookups)."""
     body: bytes
-    """The whole body."""
+    """The whole body (content-encoding already decoded)."""
 
 
 class TransportError(Exception):
@@ -67,7 +103,8 @@ class TransportError(Exception):
 
     Attributes:
         connect: True when the request provably never reached the server
-            (connection refused or unreachable, or the connect step timed out).
+            (connection refused or unreachable, the TLS handshake failed, or the
+            connect step timed out).
         timeout: True when a time limit ran out.
     """
 
@@ -77,16 +114,246 @@ class TransportError(Exception):
         self.timeout = timeout
 
 
-async def _closer(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """One URL, parsed once: where to connect and the request head up to ``Content-Length:``."""
+
+    key: tuple[str, int, bool]
+    host: str
+    port: int
+    tls: bool
+    head: bytes
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection: one request at a time, its response parsed as bytes arrive."""
+
+    __slots__ = (
+        "transport",
+        "buffer",
+        "waiter",
+        "closed",
+        "idle_since",
+        "status",
+        "headers",
+        "length",
+        "chunked",
+        "keep_alive",
+        "chunks",
+        "error",
+    )
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[RawResponse] | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0  # 0 while the head has not arrived
+        self.headers: Headers | None = None
+        self.length = -1  # body bytes expected; -1: until the server closes
+        self.chunked = False
+        self.keep_alive = True
+        self.chunks: list[bytes] = []
+        self.error: str | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:  # noqa: D102
+        if self.waiter is None:
+            # Bytes nobody asked for (a server talking out of turn): the connection cannot be trusted.
+            self._close()
+            return
+        self.buffer += data
+        try:
+            self._parse()
+        except _BadResponse as err:
+            self._fail(TransportError(f"malformed HTTP response: {err}"))
+            self._close()
+
+    def eof_received(self) -> bool:  # noqa: D102
+        return False  # close the transport; connection_lost settles any waiter
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
+        self.closed = True
+        if self.waiter is None or self.waiter.done():
+            return
+        if self.status and self.length == -1 and not self.chunked:  # a body framed by the close
+            self.keep_alive = False
+            self._finish(bytes(self.buffer))
+            return
+        got = "before any response" if not self.status else "in the middle of the response"
+        reason = f": {exc}" if exc else ""
+        self._fail(TransportError(f"the server closed the connection {got}{reason}"))
+
+    # -- parsing --------------------------------------------------------------------------------------
+
+    def _parse(self) -> None:
+        while True:
+            if not self.status and not self._head():
+                return
+            if self.chunked:
+                if not self._chunk():
+                    return
+                continue
+            if self.length < 0 or len(self.buffer) < self.length:
+                return
+            body = bytes(self.buffer[: self.length])
+            del self.buffer[: self.length]
+            self._finish(body)
+            return
+
+    def _head(self) -> bool:
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buffer) > _MAX_HEAD_BYTES:
+                raise _BadResponse(f"no end of the head in {len(self.buffer)} bytes")
+            return False
+        lines = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
+        del self.buffer[: end + 4]
+        version, _, rest = lines[0].partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise _BadResponse(f"status line {lines[0][:80]!r}")
+        status = int(code)
+        if 100 <= status < 200:  # an informational answer; the real one follows
+            return False if not self.buffer else self._head()
+        fields: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise _BadResponse(f"header line {line[:80]!r}")
+            name = name.strip().lower()
+            value = value.strip()
+            old = fields.get(name)
+            fields[name] = value if old is None else f"{old}, {value}"
+        self.status = status
+        self.headers = Headers(fields)
+        connection = fields.get("connection", "").lower()
+        self.keep_alive = "close" not in connection and (version == "HTTP/1.1" or "keep-alive" in connection)
+        if "chunked" in fields.get("transfer-encoding", "").lower():
+            self.chunked = True
+        elif "content-length" in fields:
+            try:
+                self.length = int(fields["content-length"])
+            except ValueError:
+                raise _BadResponse("Content-Length is not a number") from None
+            if self.length < 0:
+                raise _BadResponse("Content-Length is negative")
+        elif status in (204, 304):
+            self.length = 0
+        return True
+
+    def _chunk(self) -> bool:
+        """Consume one chunk (or the last one and the trailers); False when more bytes are needed."""
+        end = self.buffer.find(b"\r\n")
+        if end < 0:
+            return False
+        try:
+            size = int(bytes(self.buffer[:end]).split(b";", 1)[0], 16)
+        except ValueError:
+            raise _BadResponse("chunk size is not a number") from None
+        if size == 0:  # the last chunk, then trailer lines (if any) up to an empty line
+            stop = self.buffer.find(b"\r\n\r\n", end)
+            if stop < 0:
+                return False
+            del self.buffer[: stop + 4]
+            self._finish(b"".join(self.chunks))
+            return False
+        if len(self.buffer) < end + 2 + size + 2:
+            return False
+        self.chunks.append(bytes(self.buffer[end + 2 : end + 2 + size]))
+        del self.buffer[: end + 2 + size + 2]
+        return True
+
+    def _finish(self, body: bytes) -> None:
+        assert self.headers is not None
+        waiter, status, headers = self.waiter, self.status, self.headers
+        encoding = headers.get("content-encoding", "identity").lower()
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            try:
+                # wbits 47: gzip or zlib header, detected; raw deflate (some servers) is retried below.
+                body = zlib.decompress(body, 47) if encoding != "deflate" else _inflate(body)
+            except zlib.error as err:
+                self._fail(TransportError(f"cannot decode the {encoding} body: {err}"))
+                self._close()
+                return
+        elif encoding != "identity":
+            self._fail(TransportError(f"unsupported Content-Encoding {encoding!r}"))
+            self._close()
+            return
+        keep = self.keep_alive and not self.buffer
+        self._reset()
+        self.waiter = None
+        if not keep:
+            self._close()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(RawResponse(status, headers, body))
+
+    def _fail(self, error: TransportError) -> None:
+        waiter, self.waiter = self.waiter, None
+        self.keep_alive = False
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+
+    def _close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once (a request given up mid-way: its answer may still come)."""
+        self.closed = True
+        self.waiter = None
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class _BadResponse(Exception):
+    """Bytes that are not an HTTP/1.x response."""
+
+
+def _inflate(body: bytes) -> bytes:
+    try:
+        return zlib.decompress(body)
+    except zlib.error:
+        return zlib.decompress(body, -zlib.MAX_WBITS)  # raw deflate, no zlib header
+
+
+class _Pool:
+    """The connections of one event loop, idle ones per (host, port, tls), most recent last."""
+
+    def __init__(self) -> None:
+        self.idle: dict[tuple[str, int, bool], list[_Connection]] = {}
+        self.busy: set[_Connection] = set()
+
+    def close(self) -> None:
+        for conns in self.idle.values():
+            for conn in conns:
+                conn._close()
+        for conn in self.busy:
+            conn.abort()
+        self.idle.clear()
+        self.busy.clear()
+
+
+async def _closer(pool: _Pool) -> AsyncGenerator[None, None]:
     # Parked at its yield; the loop's shutdown_asyncgens() (asyncio.run does it) resumes it here.
     try:
         yield
     finally:
-        await session.close()
+        pool.close()
 
 
 class LeanTransport:
-    """POSTs bytes over one pooled aiohttp session per event loop.
+    """POSTs bytes over a pool of keep-alive HTTP/1.1 connections per event loop.
 
     Args:
         headers: sent with every request (authorization, content type).
@@ -96,42 +363,42 @@ class LeanTransport:
     """
 
     def __init__(self, headers: Mapping[str, str], timeout: float, connect_timeout: float = 10.0) -> None:
+        for name, value in headers.items():
+            # Named, never shown: the value may be a key.
+            if any(c in f"{name}{value}" for c in "\r\n\0") or not f"{name}{value}".isascii():
+                raise ValueError(f"HTTP header {name!r} has a line break, a NUL or a non-ASCII character")
         self.headers = dict(headers)
         self.timeout = timeout
-        connect = min(connect_timeout, timeout)
-        self._client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect)
-        self._sessions: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]
+        self.connect_timeout = min(connect_timeout, timeout)
+        self._pools: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[_Pool, AsyncGenerator[None, None]]
         ] = weakref.WeakKeyDictionary()
-        # The last request's loop and session: one lookup per loop, not per request.
-        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], aiohttp.ClientSession] | None = None
+        # The last request's loop and pool: one lookup per loop, not per request.
+        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], _Pool] | None = None
+        self._targets: dict[str, _Target] = {}
+        self._ssl: ssl.SSLContext | None = None
 
-    async def _session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        entry = self._sessions.get(loop)
-        if entry is not None and not entry[0].closed:
-            self._last = (weakref.ref(loop), entry[0])
-            return entry[0]
-        # Forget loops that are gone: an entry's generator refers to its loop, so it would
-        # keep every closed loop of a process that calls asyncio.run repeatedly alive.
-        for old in [old for old in self._sessions if old.is_closed()]:
-            del self._sessions[old]
-        session = aiohttp.ClientSession(
-            # keepalive_timeout below uvicorn's 5 s (vLLM, llama-cpp-python's server), after which the
-            # server closes an idle connection: reusing one it is closing fails the request sent on it.
-            connector=aiohttp.TCPConnector(
-                limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=4.0
-            ),
-            headers=self.headers,
-            timeout=self._client_timeout,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            raise_for_status=False,
-        )
-        guard = _closer(session)
-        await guard.__anext__()  # registers the generator with the loop's shutdown hook
-        self._sessions[loop] = (session, guard)
-        self._last = (weakref.ref(loop), session)
-        return session
+    async def _pool(self, loop: asyncio.AbstractEventLoop) -> _Pool:
+        entry = self._pools.get(loop)
+        if entry is None:
+            # Forget loops that are gone: an entry's generator refers to its loop, so it would
+            # keep every closed loop of a process that calls asyncio.run repeatedly alive.
+            for old in [old for old in self._pools if old.is_closed()]:
+                del self._pools[old]
+            pool = _Pool()
+            guard = _closer(pool)
+            await guard.__anext__()  # registers the generator with the loop's shutdown hook
+            entry = self._pools[loop] = (pool, guard)
+        self._last = (weakref.ref(loop), entry[0])
+        return entry[0]
+
+    def _target(self, url: str) -> _Target:
+        target = self._targets.get(url)
+        if target is None:
+            target = self._targets[url] = _parse_target(url, self.headers)
+            if len(self._targets) > 64:  # many URLs from one transport: keep the newest
+                del self._targets[next(iter(self._targets))]
+        return target
 
     async def post(self, url: str, body: bytes) -> RawResponse:
         """POST ``body`` (JSON bytes) to ``url`` and read the whole response.
@@ -139,31 +406,116 @@ class LeanTransport:
         Raises:
             TransportError: no complete response (see the class).
         """
+        loop = asyncio.get_running_loop()
         last = self._last
-        if last is not None and last[0]() is asyncio.get_running_loop() and not last[1].closed:
-            session = last[1]
-        else:
-            session = await self._session()
+        pool = last[1] if last is not None and last[0]() is loop else await self._pool(loop)
+        target = self._target(url)
+        now = loop.time()
+        deadline = now + self.timeout  # the whole request, connecting included
+        conn = _reuse(pool, target.key, now)
+        if conn is None:
+            conn = await self._connect(loop, target, url)
+        waiter: asyncio.Future[RawResponse] = loop.create_future()
+        conn.waiter = waiter
+        pool.busy.add(conn)
+        timer = loop.call_at(deadline, _time_out, waiter)
         try:
-            async with session.post(url, data=body) as response:
-                data = await response.read()
-                return RawResponse(response.status, response.headers, data)
-        except aiohttp.ClientConnectorError as err:
-            raise TransportError(f"cannot connect to {url}: {err.os_error or err}", connect=True) from err
-        except aiohttp.ConnectionTimeoutError as err:
+            assert conn.transport is not None
+            conn.transport.write(b"".join((target.head, str(len(body)).encode(), b"\r\n\r\n", body)))
+            response = await waiter
+        except TransportError as err:
+            conn.abort()
+            if err.timeout:
+                raise TransportError(
+                    f"request to {url} timed out after {self.timeout:g} s", timeout=True
+                ) from None
+            raise TransportError(f"request to {url} failed: {err}") from None
+        except BaseException:  # cancelled: the answer may still come on this connection
+            conn.abort()
+            raise
+        finally:
+            timer.cancel()
+            pool.busy.discard(conn)
+        if not conn.closed:
+            conn.idle_since = loop.time()
+            pool.idle.setdefault(target.key, []).append(conn)
+        return response
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, target: _Target, url: str) -> _Connection:
+        tls = None
+        if target.tls:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            tls = self._ssl
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await loop.create_connection(
+                    _Connection,
+                    target.host,
+                    target.port,
+                    ssl=tls,
+                    server_hostname=target.host if tls else None,
+                )
+        except TimeoutError as err:
             raise TransportError(f"connecting to {url} timed out", connect=True, timeout=True) from err
-        except TimeoutError as err:  # aiohttp's total timeout, ServerTimeoutError
-            message = f"request to {url} timed out after {self.timeout:g} s"
-            raise TransportError(message, timeout=True) from err
-        except (aiohttp.ClientError, OSError) as err:
-            raise TransportError(f"request to {url} failed: {type(err).__name__}: {err}") from err
+        except OSError as err:  # refused, unreachable, name not resolved, TLS handshake (ssl.SSLError)
+            raise TransportError(f"cannot connect to {url}: {err}", connect=True) from err
+        return conn
 
     async def aclose(self) -> None:
-        """Close the running loop's session (the transport stays usable: the next call opens another)."""
-        entry = self._sessions.pop(asyncio.get_running_loop(), None)
+        """Close the running loop's connections (the transport stays usable: the next call opens more)."""
+        entry = self._pools.pop(asyncio.get_running_loop(), None)
         self._last = None
         if entry is not None:
-            await entry[1].aclose()  # runs the generator's finally: session.close()
+            await entry[1].aclose()  # runs the generator's finally: pool.close()
+
+
+def _reuse(pool: _Pool, key: tuple[str, int, bool], now: float) -> _Connection | None:
+    """The most recently used idle connection to ``key`` still open and fresh; stale ones are closed."""
+    conns = pool.idle.get(key)
+    while conns:
+        conn = conns.pop()
+        if not conn.closed and now - conn.idle_since < _KEEPALIVE_S:
+            return conn
+        conn._close()
+    return None
+
+
+def _time_out(waiter: asyncio.Future[RawResponse]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TransportError("timed out", timeout=True))
+
+
+@functools.lru_cache(maxsize=1)
+def _user_agent() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"moot/{version('moot')}"
+    except PackageNotFoundError:
+        return "moot"
+
+
+def _parse_target(url: str, headers: Mapping[str, str]) -> _Target:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise TransportError(f"cannot post to {url!r}: not an http:// or https:// URL", connect=True)
+    tls = scheme == "https"
+    try:
+        port = parts.port or (443 if tls else 80)
+    except ValueError as err:
+        raise TransportError(f"cannot post to {url!r}: {err}", connect=True) from None
+    host = parts.hostname
+    netloc = f"[{host}]" if ":" in host else host
+    if port != (443 if tls else 80):
+        netloc += f":{port}"
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    lines = [f"POST {path} HTTP/1.1", f"Host: {netloc}", f"User-Agent: {_user_agent()}"]
+    lines.append("Accept-Encoding: gzip, deflate")
+    lines += [f"{name}: {value}" for name, value in headers.items() if name.lower() != "content-length"]
+    head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+    return _Target((host, port, tls), host, port, tls, head)
 
 
 def json_headers(api_key: str) -> dict[str, str]:

@@ -16,9 +16,10 @@ no trace.
 HTTP stacks (``http=`` or ``MOOT_OPENAI_HTTP``):
 
 ================  ==========================================================================
-``lean``          the default: moot's own thin client (:mod:`moot.models._http`, aiohttp +
-                  orjson), ~0.3 ms of client CPU per call where the SDK costs 2-5 ms
-                  (``bench/http_clients.py``, ``bench/throughput.py``)
+``lean``          the default: moot's own thin client (:mod:`moot.models._http`, HTTP/1.1
+                  on asyncio's protocol layer + orjson), ~0.05 ms of client CPU a request
+                  where aiohttp costs ~0.2 ms and the SDK 2-5 ms (``bench/http_clients.py``,
+                  ``bench/throughput.py``); no proxies (use ``sdk`` behind one)
 ``sdk``           the ``openai`` SDK over its default HTTP stack, for what only the SDK does
                   (Azure auth, organisation and project headers, a custom ``http_client``)
 ``sdk-aiohttp``   the SDK over its aiohttp stack (``DefaultAioHttpClient``)
@@ -155,8 +156,8 @@ def map_openai_error(err: Exception, model: str, secrets: Iterable[str | None] =
 class OpenAIModel(SDKModel):
     """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    The default HTTP stack is the lean one (module docstring): one pooled
-    aiohttp session per event loop. With ``http="sdk"`` one
+    The default HTTP stack is the lean one (module docstring): a pool of
+    keep-alive connections per event loop. With ``http="sdk"`` one
     ``openai.AsyncOpenAI`` client is created per event loop instead (pools are
     bound to the loop that opened them, and ``run_sync`` uses a fresh loop per
     call), unless ``http_client`` is given. Neither stack retries by itself:
