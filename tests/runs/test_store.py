@@ -449,3 +449,18 @@ def test_every_search_row_names_its_run_by_number_whoever_inserts_the_run(tmp_pa
         store.create_run("run", title="after a delete")
         and len(set(n for (n,) in store._execute("SELECT num FROM runs").fetchall())) == 3
     )
+
+
+def test_item_numbers_follow_the_order_of_recording_and_a_replaced_one_moves_last(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "runs.db") as store:
+        run_id = store.create_run("bench", title="t")
+        for item in ("a", "b", "c"):
+            store.put_item(run_id, item, "m", "{}")
+        store.put_item(run_id, "a", "m", '{"again": 1}')  # a replace: its old number must not repeat
+        store.put_item(run_id, "d", "m", "{}")
+        items = list(store.iter_items(run_id))
+        assert [(i.item, i.seq) for i in items] == [("b", 2), ("c", 3), ("a", 4), ("d", 5)]
+        plan = store._db.execute(
+            "EXPLAIN QUERY PLAN SELECT COALESCE(MAX(seq), 0) + 1 FROM items WHERE run_id = ?", ("x",)
+        ).fetchall()
+        assert "items_seq" in str(plan)  # found in the index, not by reading the run's items

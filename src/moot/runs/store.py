@@ -389,10 +389,13 @@ class RunStore:
     def put_item(
         self, run_id: str, item: str, part: str, data_json: str, *, correct: bool | None = None
     ) -> None:
-        """Record one item outcome (a later one for the same ``(item, part)`` replaces it)."""
+        """Record one item outcome (a later one for the same ``(item, part)`` replaces it).
+
+        Items are numbered in the order they were recorded (``seq``): a replaced one takes the next number.
+        """
         self._write(
             "INSERT OR REPLACE INTO items (run_id, item, part, seq, time, correct, data) VALUES "
-            "(?, ?, ?, (SELECT COUNT(*) + 1 FROM items WHERE run_id = ?), ?, ?, ?)",
+            "(?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM items WHERE run_id = ?), ?, ?, ?)",
             (
                 run_id,
                 item,
