@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.trace import SpanKind
 
 _ENCODER = "opentelemetry.exporter.otlp.proto.common.trace_encoder"
 
@@ -120,8 +121,9 @@ def _value(value: Any) -> bytes:
 
 
 _KEYS: dict[str, bytes] = {}
-_PAIRS: dict[tuple[bytes, str, type, Any], bytes] = {}
+_PAIRS: dict[bytes, dict[str, dict[Any, tuple[type, bytes]]]] = {}  # tag -> key -> value -> (class, field)
 _PAIRS_MAX = 8192  # distinct attribute fields kept encoded: personas, models, phases, rounds
+_pairs = 0
 _CACHED = frozenset((str, int, bool, tuple))
 
 
@@ -134,23 +136,36 @@ def _key_value(key: str, value: Any) -> bytes:
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
-    """Repeated ``KeyValue`` fields; a short hashable value seen under that key is encoded once."""
+    """Repeated ``KeyValue`` fields; a short hashable value seen under that key is encoded once.
+
+    The cache is looked up by key, then by value, and the class is checked: ``1``, ``1.0`` and
+    ``True`` are one dictionary key but three encodings.
+    """
+    global _pairs
     if not attributes:
         return b""
     items = getattr(attributes, "_dict", attributes)  # an event's BoundedAttributes: its dict
+    by_key = _PAIRS.get(tag)
+    if by_key is None:
+        by_key = _PAIRS[tag] = {}
     out = []
     for key, value in items.items():
         cls = value.__class__
         if cls not in _CACHED or (cls is str or cls is tuple) and len(value) > 64:
             out.append(_field(tag, _key_value(key, value)))
             continue
-        pair = (tag, key, cls, value)
-        found = _PAIRS.get(pair)
-        if found is None:
-            found = _field(tag, _key_value(key, value))
-            if len(_PAIRS) < _PAIRS_MAX:
-                _PAIRS[pair] = found
-        out.append(found)
+        values = by_key.get(key)
+        if values is None:
+            values = by_key[key] = {}
+        found = values.get(value)
+        if found is not None and found[0] is cls:
+            out.append(found[1])
+            continue
+        encoded = _field(tag, _key_value(key, value))
+        if found is None and _pairs < _PAIRS_MAX:
+            values[value] = (cls, encoded)
+            _pairs += 1
+        out.append(encoded)
     return b"".join(out)
 
 
@@ -158,7 +173,91 @@ def _uint(tag: bytes, n: int) -> bytes:
     return tag + _varint(n) if n else b""
 
 
+_NAMES: dict[str, bytes] = {}  # a span name's field (names repeat: ``chat {model}``, ``invoke_agent ...``)
+_NAMES_MAX = 4096
+_KINDS = {kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}
+_TRACE_ID: list[Any] = [None, b""]  # the last trace id and its field (a run's spans share one)
+
+
 def _span(span: ReadableSpan) -> bytes:
+    """A ``Span`` message's bytes.
+
+    An SDK span is read through its fields (``span.events``, ``span.attributes``... copy them
+    into new tuples and mappings on every read, ~2 us a span); any other ``ReadableSpan``
+    through its properties.
+    """
+    if type(span) is not ReadableSpan:
+        return _span_public(span)
+    context = span._context
+    if context is None:
+        raise TypeError("a span without a context")
+    trace_id = context.trace_id
+    if _TRACE_ID[0] != trace_id:
+        _TRACE_ID[1] = b"\x0a\x10" + trace_id.to_bytes(16, "big")
+        _TRACE_ID[0] = trace_id
+    parts = [_TRACE_ID[1], b"\x12\x08", context.span_id.to_bytes(8, "big")]
+    if context.trace_state:
+        state = context.trace_state
+        parts.append(_field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode()))
+    parent = span._parent
+    if parent:
+        parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
+    name = span._name
+    head = _NAMES.get(name)
+    if head is None:
+        head = _field(b"\x2a", name.encode("utf-8", "surrogatepass"))
+        if len(_NAMES) < _NAMES_MAX:
+            _NAMES[name] = head
+    parts += (head, _KINDS[span._kind], b"\x39", _Q(span._start_time or 0), b"\x41", _Q(span._end_time or 0))
+    attributes = span._attributes
+    if attributes:
+        parts.append(_attributes(b"\x4a", getattr(attributes, "_dict", attributes)))
+        dropped = getattr(attributes, "dropped", 0)
+        if dropped:
+            parts.append(_uint(b"\x50", dropped))
+    events = span._events
+    if events:
+        parts.append(_events(events))
+    parts.append(_uint(b"\x60", getattr(events, "dropped", 0)))
+    links = span._links
+    if links:
+        parts.append(_links(links))
+    parts.append(_uint(b"\x70", getattr(links, "dropped", 0)))
+    parts.append(_status(span._status))
+    parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
+    return b"".join(parts)
+
+
+def _events(events: Any) -> bytes:
+    out = []
+    for event in events:
+        body = b"\x09" + _Q(event.timestamp) + _field(b"\x12", event.name.encode("utf-8", "surrogatepass"))
+        body += _attributes(b"\x1a", event.attributes) + _uint(b"\x20", event.dropped_attributes)
+        out.append(_field(b"\x5a", body))
+    return b"".join(out)
+
+
+def _links(links: Any) -> bytes:
+    out = []
+    for link in links:
+        body = b"\x0a\x10" + link.context.trace_id.to_bytes(16, "big")
+        body += b"\x12\x08" + link.context.span_id.to_bytes(8, "big")
+        body += _attributes(b"\x22", link.attributes) + _uint(b"\x28", link.dropped_attributes)
+        body += b"\x35" + struct.pack("<I", 0x300 if link.context.is_remote else 0x100)
+        out.append(_field(b"\x6a", body))
+    return b"".join(out)
+
+
+def _status(status: Any) -> bytes:
+    code = status.status_code.value
+    if not code and not status.description:
+        return _STATUS_UNSET
+    body = _field(b"\x12", status.description.encode()) if status.description else b""
+    return _field(b"\x7a", body + _uint(b"\x18", code))
+
+
+def _span_public(span: ReadableSpan) -> bytes:
+    """A ``Span`` message's bytes, read through the ``ReadableSpan`` properties only."""
     context = span.context
     if context is None:
         raise TypeError("a span without a context")
@@ -175,37 +274,14 @@ def _span(span: ReadableSpan) -> bytes:
     if parent:
         parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
     parts.append(_field(b"\x2a", span.name.encode("utf-8", "surrogatepass")))
-    parts += (
-        b"\x30",
-        bytes((span.kind.value + 1,)),
-        b"\x39",
-        _Q(span.start_time or 0),
-        b"\x41",
-        _Q(span.end_time or 0),
-    )
-    # The SDK's span keeps a dict behind two read-only Mapping wrappers: read the dict when it is there.
-    attributes = getattr(span, "_attributes", None)
-    attributes = getattr(attributes, "_dict", None) if attributes is not None else None
-    parts.append(_attributes(b"\x4a", span.attributes if attributes is None else attributes))
+    parts += (_KINDS[span.kind], b"\x39", _Q(span.start_time or 0), b"\x41", _Q(span.end_time or 0))
+    parts.append(_attributes(b"\x4a", span.attributes))
     parts.append(_uint(b"\x50", span.dropped_attributes))
-    for event in span.events:
-        body = b"\x09" + _Q(event.timestamp) + _field(b"\x12", event.name.encode("utf-8", "surrogatepass"))
-        body += _attributes(b"\x1a", event.attributes) + _uint(b"\x20", event.dropped_attributes)
-        parts.append(_field(b"\x5a", body))
+    parts.append(_events(span.events))
     parts.append(_uint(b"\x60", span.dropped_events))
-    for link in span.links:
-        body = b"\x0a\x10" + link.context.trace_id.to_bytes(16, "big")
-        body += b"\x12\x08" + link.context.span_id.to_bytes(8, "big")
-        body += _attributes(b"\x22", link.attributes) + _uint(b"\x28", link.dropped_attributes)
-        body += b"\x35" + struct.pack("<I", 0x300 if link.context.is_remote else 0x100)
-        parts.append(_field(b"\x6a", body))
+    parts.append(_links(span.links))
     parts.append(_uint(b"\x70", span.dropped_links))
-    status = span.status
-    if status.status_code.value or status.description:
-        body = _field(b"\x12", status.description.encode()) if status.description else b""
-        parts.append(_field(b"\x7a", body + _uint(b"\x18", status.status_code.value)))
-    else:
-        parts.append(_STATUS_UNSET)
+    parts.append(_status(span.status))
     parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
     return b"".join(parts)
 
@@ -246,18 +322,22 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> bytes:
     """The serialized ``ExportTraceServiceRequest`` for ``spans`` (grouped by resource, then scope)."""
     grouped: dict[Any, dict[Any, list[bytes]]] = {}
     resources: dict[int, Any] = {}
+    last: tuple[Any, Any] | None = None  # the previous span's resource and scope (usually all spans')
+    encoded: list[bytes] = []
     for span in spans:
-        resource = span.resource
-        resources[id(resource)] = resource
-        scopes = grouped.setdefault(id(resource), {})
-        scopes.setdefault(span.instrumentation_scope or None, []).append(_field(b"\x12", _span(span)))
+        resource, scope = span.resource, span.instrumentation_scope or None
+        if last is None or last[0] is not resource or last[1] is not scope:
+            last = (resource, scope)
+            resources[id(resource)] = resource
+            encoded = grouped.setdefault(id(resource), {}).setdefault(scope, [])
+        encoded.append(_field(b"\x12", _span(span)))
     out = []
     for key, scopes in grouped.items():
         resource = resources[key]
         body = [_resource(resource)]
-        for scope, encoded in scopes.items():
+        for scope, in_scope in scopes.items():
             url = scope.schema_url if scope is not None else ""
-            scope_body = _scope(scope) + b"".join(encoded)
+            scope_body = _scope(scope) + b"".join(in_scope)
             scope_body += _field(b"\x1a", url.encode()) if url else b""
             body.append(_field(b"\x12", scope_body))
         if resource.schema_url:
