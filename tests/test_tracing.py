@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from engine_helpers import ans
 from moot import Debate, FunctionModel, ModelRequest, ScriptedModel, observe
+from moot.app.sdk import TracerProvider as MootTracerProvider
 from moot.app.tracing import (
     CAPTURE_ENV,
     DebateTracer,
@@ -34,10 +35,11 @@ from moot.models import base
 from moot.protocol import preset_names
 
 
-@pytest.fixture
-def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+@pytest.fixture(params=["sdk", "moot"])
+def spans(request: pytest.FixtureRequest) -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    """The SDK's provider, and the ``moot`` command's (:mod:`moot.app.sdk`): the same spans from both."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = TracerProvider() if request.param == "sdk" else MootTracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     yield provider, exporter
     provider.shutdown()

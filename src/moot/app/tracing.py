@@ -798,10 +798,10 @@ def install_from_env(environ: Mapping[str, str] | None = None) -> Callable[[], N
     try:
         from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         from .otlp import SpanExporter
+        from .sdk import TracerProvider
     except ImportError:
         print(
             "moot: warning: OTEL_EXPORTER_OTLP_ENDPOINT is set but tracing needs the otel extra: "
