@@ -43,6 +43,12 @@ __all__ = ["TracerProvider"]
 
 _ATOMS = frozenset((str, bool, int, float))
 _RANDOM_TRACE_ID = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+_UNSET = Status(StatusCode.UNSET)  # immutable: one for every span whose status is not set
+
+
+def _valid_link(context: SpanContext | None, attributes: types.Attributes) -> bool:
+    """A link the SDK keeps: a valid context, or one with attributes or a trace state."""
+    return bool(context and (context.is_valid or attributes or context.trace_state))
 
 
 def _attributes(attributes: types.Attributes, limit: int | None, length: int | None) -> Mapping[str, Any]:
@@ -95,7 +101,7 @@ class _Span(trace_api.Span):
         parent: SpanContext | None,
         kind: SpanKind,
         attributes: Mapping[str, Any],
-        links: list[trace_api.Link] | BoundedList[trace_api.Link],
+        links: Sequence[trace_api.Link],
         start: int,
         record_exception: bool,
         set_status_on_exception: bool,
@@ -108,9 +114,9 @@ class _Span(trace_api.Span):
         self._start = start
         self._end: int | None = None
         self._attributes = attributes
-        self._events: list[Event] | BoundedList[Event] = []
+        self._events: Sequence[Event] = ()  # a list once an event comes (most spans have none)
         self._links = links
-        self._status = Status(StatusCode.UNSET)
+        self._status = _UNSET
         self._record_exception = record_exception
         self._set_status_on_exception = set_status_on_exception
 
@@ -153,23 +159,22 @@ class _Span(trace_api.Span):
         if self._end is not None:
             return
         limits = self._tracer.limits
-        if (
-            limits.max_events is not None
-            and len(self._events) >= limits.max_events
-            and type(self._events) is list
-        ):
-            self._events = BoundedList.from_seq(limits.max_events, self._events)  # drops and counts
+        events = self._events
+        if type(events) is tuple:
+            events = self._events = []
+        if limits.max_events is not None and len(events) >= limits.max_events and type(events) is list:
+            events = self._events = BoundedList.from_seq(limits.max_events, events)  # drops and counts
         cleaned = _attributes(attributes, limits.max_event_attributes, limits.max_attribute_length)
-        self._events.append(Event(name, cleaned, timestamp if timestamp is not None else time_ns()))
+        events.append(Event(name, cleaned, timestamp if timestamp is not None else time_ns()))  # type: ignore[attr-defined]
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
-        if self._end is not None or context is None or not context.is_valid and not attributes:
+        if self._end is not None or not _valid_link(context, attributes):
             return
         limits = self._tracer.limits
         cleaned = BoundedAttributes(
             limits.max_link_attributes, attributes, immutable=True, max_value_len=limits.max_attribute_length
         )
-        if type(self._links) is list:
+        if type(self._links) is not BoundedList:
             self._links = BoundedList.from_seq(limits.max_links, self._links)
         self._links.append(trace_api.Link(context, cleaned))
 
@@ -309,7 +314,7 @@ class _Tracer(trace_api.Tracer):
         if not recording:
             return trace_api.NonRecordingSpan(context=span_context)
         limits = self.limits
-        kept: list[trace_api.Link] | BoundedList[trace_api.Link] = []
+        kept: Sequence[trace_api.Link] = ()
         if links:
             valid = [
                 trace_api.Link(
@@ -322,7 +327,7 @@ class _Tracer(trace_api.Tracer):
                     ),
                 )
                 for link in links
-                if link and (link.context.is_valid or link.attributes)
+                if link and _valid_link(link.context, link.attributes)
             ]
             kept = BoundedList.from_seq(limits.max_links, valid)
         span = _Span(

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
 import moot.observe as observe
@@ -80,6 +80,8 @@ SCOPE = "moot"
 _LABEL_FIELDS = ("leaning", "resolution", "action", "sentence_polarity", "winner")
 
 _PROVIDERS = {"test": "moot.test", "local": "moot.local"}
+
+_SHAPES_MAX = 256  # kinds of requests (model, parameters, endpoint) whose common attributes are kept
 
 
 def capture_content() -> bool:
@@ -229,6 +231,7 @@ class DebateTracer:
         self.parent_for: Callable[[], Context | None] | None = None
         """Asked first, when a run starts, for the context it nests under (a pipeline's step)."""
         self._runs: dict[str, _Run] = {}
+        self._shapes: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
         self._handlers: Mapping[str, Callable[[Event], None]] = {
             "debate_started": self._started,
             "turn_started": self._turn_started,
@@ -394,37 +397,37 @@ class DebateTracer:
 
         ``extra``: more attributes (a benchmark's plain request: its agent and round).
         """
-        model = model_name(req.model)
-        attrs: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider_name(req.model),
-            "gen_ai.request.model": model,
-            "gen_ai.usage.input_tokens": req.usage.prompt_tokens,
-            "gen_ai.usage.output_tokens": req.usage.completion_tokens,
-        }
+        # The attributes a model and its endpoint give every request alike, worked out once.
+        shape = (
+            req.model,
+            req.response_model,
+            req.max_tokens,
+            req.temperature,
+            req.finish_reason,
+            req.endpoint,
+        )
+        found = self._shapes.get(shape)
+        if found is None:
+            found = self._shape(req)
+            if len(self._shapes) < _SHAPES_MAX:
+                self._shapes[shape] = found
+        name, attrs = found[0], found[1].copy()
+        usage = req.usage
+        attrs["gen_ai.usage.input_tokens"] = usage.prompt_tokens
+        attrs["gen_ai.usage.output_tokens"] = usage.completion_tokens
         if extra:
             attrs.update(extra)
         # Each attribute costs ~5 us to make and export: the rare ones only when they say something.
         if req.attempt:
             attrs["moot.attempt"] = req.attempt
-        if req.usage.attempts > 1:
-            attrs["moot.requests_sent"] = req.usage.attempts
-        if req.max_tokens is not None:
-            attrs["gen_ai.request.max_tokens"] = req.max_tokens
-        if req.temperature is not None:
-            attrs["gen_ai.request.temperature"] = req.temperature
-        if req.response_model:
-            attrs["gen_ai.response.model"] = model_name(req.response_model)
-        if req.finish_reason:
-            attrs["gen_ai.response.finish_reasons"] = (req.finish_reason,)
-        if req.endpoint:
-            attrs.update(_server(req.endpoint))
+        if usage.attempts > 1:
+            attrs["moot.requests_sent"] = usage.attempts
         if req.error_kind:
             attrs["error.type"] = req.error_kind
         if self.capture:
             _chat_content(req, attrs)
         span = self._tracer.start_span(
-            f"chat {model}",
+            name,
             context=parent,
             kind=self._trace.SpanKind.CLIENT,
             attributes=attrs,
@@ -438,6 +441,27 @@ class DebateTracer:
         if req.error_kind:
             span.set_status(self._trace.StatusCode.ERROR, req.error_kind)
         span.end(_ns(req.ended))
+
+    @staticmethod
+    def _shape(req: RequestRecord) -> tuple[str, dict[str, Any]]:
+        """A request's span name and the attributes its model, parameters and endpoint give it."""
+        model = model_name(req.model)
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_name(req.model),
+            "gen_ai.request.model": model,
+        }
+        if req.max_tokens is not None:
+            attrs["gen_ai.request.max_tokens"] = req.max_tokens
+        if req.temperature is not None:
+            attrs["gen_ai.request.temperature"] = req.temperature
+        if req.response_model:
+            attrs["gen_ai.response.model"] = model_name(req.response_model)
+        if req.finish_reason:
+            attrs["gen_ai.response.finish_reasons"] = (req.finish_reason,)
+        if req.endpoint:
+            attrs.update(_server(req.endpoint))
+        return f"chat {model}", attrs
 
     def _evaluation(self, root: Span, turn: Turn, at: float) -> None:
         attrs: dict[str, Any] = {
@@ -507,6 +531,19 @@ _SCOPE: ContextVar[tuple[int, _Scope] | None] = ContextVar("moot_trace_scope", d
 
 _Requests = list[tuple[RequestRecord, dict[str, Any]]]
 
+
+class _Unit(NamedTuple):
+    """An ended benchmark unit, until its span is made: name, attributes, times (ns), score, requests."""
+
+    name: str
+    attributes: dict[str, Any]
+    started: int
+    ended: int
+    correct: bool | None
+    failed: bool
+    requests: _Requests
+
+
 # A benchmark's unit spans (each with its requests' chat spans) are made in batches: at most this
 # many units, or the units of at most this many seconds (when the next one ends), or the run's end.
 # Made a unit (5 spans for society:3:2) at a time amid the event loop's work, the tracer took ~62 us
@@ -541,16 +578,15 @@ class TraceObserver:
         # A benchmark unit's plain requests until the unit ends (its span is made then).
         self._requests: dict[tuple[str, str], _Requests] = {}
         self._sentence_attrs: dict[str, Any] = {}
-        # Ended units (event, unit, part, requests) whose spans are not made yet (see _UNIT_BATCH),
-        # and when the first of them ended.
-        self._pending: list[tuple[Any, Any, Any, _Requests]] = []
+        # Ended units whose spans are not made yet (see _UNIT_BATCH), and when the first of them ended.
+        self._pending: list[_Unit] = []
         self._pending_since = 0.0
 
     def _flush_units(self) -> None:
         """Make the spans of the units ended so far (a batch of them, or the run's end)."""
         pending, self._pending = self._pending, []
-        for event, unit, part, requests in pending:
-            self._unit(event, unit, part, requests)
+        for unit in pending:
+            self._unit(unit)
 
     def on_start(self, start: observe.RunStart) -> None:
         """Note the caller's context; open the root span of a pipeline run."""
@@ -726,16 +762,11 @@ class TraceObserver:
         return unit, part
 
     def _unit_ended(self, event: Any) -> None:
-        """Keep an ended unit (with the requests it made) for the next batch of unit spans."""
-        unit, part = self._unit_key(event)
-        now = time.monotonic()
-        if not self._pending:
-            self._pending_since = now
-        self._pending.append((event, unit, part, self._requests.pop((str(unit), str(part)), [])))
-        if len(self._pending) >= _UNIT_BATCH or now - self._pending_since >= _UNIT_WAIT_S:
-            self._flush_units()
+        """Keep an ended unit (what its span says, the requests it made) for the next batch of unit spans.
 
-    def _unit(self, event: Any, unit: Any, part: Any, requests: _Requests) -> None:
+        Only that is kept, not the event: a bench unit's event holds its whole record.
+        """
+        unit, part = self._unit_key(event)
         data: Mapping[str, Any] = getattr(event, "data", {}) or {}
         ended = float(getattr(event, "time", 0.0) or time.time())
         wall = data.get("wall_s")
@@ -748,15 +779,34 @@ class TraceObserver:
         failed = getattr(event, "kind", "") == "unit_failed"
         if failed:
             attrs["error.type"] = "unit_failed"
+        correct = getattr(event, "correct", None)
+        now = time.monotonic()
+        if not self._pending:
+            self._pending_since = now
+        self._pending.append(
+            _Unit(
+                f"unit {unit}" + (f" {part}" if part else ""),
+                attrs,
+                _ns(started),
+                _ns(ended),
+                correct if isinstance(correct, bool) else None,
+                failed,
+                self._requests.pop((str(unit), str(part)), []),
+            )
+        )
+        if len(self._pending) >= _UNIT_BATCH or now - self._pending_since >= _UNIT_WAIT_S:
+            self._flush_units()
+
+    def _unit(self, unit: _Unit) -> None:
         span = self._tracer.start_span(
-            f"unit {unit}" + (f" {part}" if part else ""),
+            unit.name,
             context=self._single.context,
             kind=self._trace.SpanKind.INTERNAL,
-            attributes=attrs,
-            start_time=_ns(started),
+            attributes=unit.attributes,
+            start_time=unit.started,
         )
-        correct = getattr(event, "correct", None)
-        if isinstance(correct, bool):
+        correct = unit.correct
+        if correct is not None:
             span.add_event(
                 "gen_ai.evaluation.result",
                 {
@@ -764,15 +814,15 @@ class TraceObserver:
                     "gen_ai.evaluation.score.value": 1.0 if correct else 0.0,
                     "gen_ai.evaluation.score.label": "correct" if correct else "incorrect",
                 },
-                _ns(ended),
+                unit.ended,
             )
-        if requests and span.is_recording():
+        if unit.requests and span.is_recording():
             context = self._trace.set_span_in_context(span, self._single.context)
-            for req, extra in requests:
+            for req, extra in unit.requests:
                 self.debates.chat_span(req, context, extra)
-        if failed:
+        if unit.failed:
             span.set_status(self._trace.StatusCode.ERROR, "unit_failed")
-        span.end(_ns(ended))
+        span.end(unit.ended)
 
 
 def _fallback_kind(reason: str) -> str:
