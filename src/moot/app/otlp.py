@@ -150,21 +150,30 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
         by_key = _PAIRS[tag] = {}
     out = []
     for key, value in items.items():
-        cls = value.__class__
-        if cls not in _CACHED or (cls is str or cls is tuple) and len(value) > 64:
-            out.append(_field(tag, _key_value(key, value)))
-            continue
         values = by_key.get(key)
-        if values is None:
-            values = by_key[key] = {}
-        found = values.get(value)
-        if found is not None and found[0] is cls:
-            out.append(found[1])
-            continue
+        if values is not None:
+            try:
+                found = values.get(value)
+            except TypeError:  # an unhashable value (a mapping): never cached
+                found = None
+            if found is not None and found[0] is value.__class__:
+                out.append(found[1])
+                continue
         encoded = _field(tag, _key_value(key, value))
-        if found is None and _pairs < _PAIRS_MAX:
-            values[value] = (cls, encoded)
-            _pairs += 1
+        cls = value.__class__
+        if (
+            cls in _CACHED
+            and (cls is not str and cls is not tuple or len(value) <= 64)
+            and _pairs < _PAIRS_MAX
+        ):
+            if values is None:
+                values = by_key[key] = {}
+            try:
+                if value not in values:
+                    values[value] = (cls, encoded)
+                    _pairs += 1
+            except TypeError:  # a tuple holding an unhashable value
+                pass
         out.append(encoded)
     return b"".join(out)
 

@@ -621,17 +621,21 @@ class TraceObserver:
             self.debates.on_event(event)
             return
         kind = getattr(event, "kind", "")
-        if kind == "step_started":
-            self._step_started(str(getattr(event, "name", "")))
-        elif kind == "step_completed":
-            self._step_completed(event)
-        elif kind == "model_request":
+        if kind == "model_request":  # the most frequent (a benchmark's plain requests)
             request = getattr(event, "request", None)
             if isinstance(request, RequestRecord):
                 key = (str(getattr(event, "unit", "")), str(getattr(event, "part", "")))
-                data = getattr(event, "data", {}) or {}
+                data = getattr(event, "data", None) or {}
                 extra = {name: data[k] for k, name in _EXTRA if isinstance(data.get(k), int)}
-                self._requests.setdefault(key, []).append((request, extra))
+                requests = self._requests.get(key)
+                if requests is None:
+                    self._requests[key] = [(request, extra)]
+                else:
+                    requests.append((request, extra))
+        elif kind == "step_started":
+            self._step_started(str(getattr(event, "name", "")))
+        elif kind == "step_completed":
+            self._step_completed(event)
         elif kind in ("unit_completed", "unit_failed"):
             if not self._sentence_done(event):
                 self._unit_ended(event)
