@@ -291,3 +291,53 @@ def test_an_unsampled_parent_makes_unsampled_children() -> None:
         span.end()
 
     assert _same(scenario) == []
+
+
+def test_every_span_processor_hears_every_span() -> None:
+    class Starts(SimpleSpanProcessor):
+        def __init__(self, exporter: InMemorySpanExporter) -> None:
+            super().__init__(exporter)
+            self.started: list[str] = []
+
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            self.started.append(span.name)
+
+    first, second = InMemorySpanExporter(), InMemorySpanExporter()
+    provider = MootTracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(first))
+    tracer = provider.get_tracer("moot")
+    tracer.start_span("one").end()
+    starts = Starts(second)
+    provider.add_span_processor(starts)
+    tracer.start_span("two").end()
+    assert [s.name for s in first.get_finished_spans()] == ["one", "two"]
+    assert [s.name for s in second.get_finished_spans()] == ["two"] and starts.started == ["two"]
+
+
+def test_moots_encoder_writes_what_the_official_encoder_writes_for_these_spans() -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from moot.app.otlp import encode_spans
+
+    exporter = InMemorySpanExporter()
+    provider = MootTracerProvider(resource=Resource.create({"service.name": "t"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("moot", "1.0", schema_url="https://opentelemetry.io/schemas/1.41.0")
+    root = tracer.start_span("root", attributes={"a": "x"}, start_time=1)
+    child = tracer.start_span(
+        "chat m",
+        context=trace.set_span_in_context(root),
+        kind=SpanKind.CLIENT,
+        attributes={"gen_ai.response.finish_reasons": ("stop",), "n": 3, "t": 0.5, "b": True},
+        start_time=2,
+    )
+    child.add_event("moot.retry", {"error.type": "E"}, 3)
+    child.set_status(StatusCode.ERROR, "E")
+    child.end(4)
+    root.add_link(SpanContext(0x1, 0x2, is_remote=True, trace_flags=TraceFlags(1)), {"moot.link": "x"})
+    root.end(5)
+    spans = exporter.get_finished_spans()
+    ours = ExportTraceServiceRequest.FromString(encode_spans(spans))
+    assert ours == official(spans)

@@ -182,6 +182,8 @@ def _uint(tag: bytes, n: int) -> bytes:
     return tag + _varint(n) if n else b""
 
 
+_PLAIN_SPANS: set[type] = {ReadableSpan}
+"""Span classes whose fields are ``ReadableSpan``'s, read directly (moot.app.sdk adds its span's)."""
 _NAMES: dict[str, bytes] = {}  # a span name's field (names repeat: ``chat {model}``, ``invoke_agent ...``)
 _NAMES_MAX = 4096
 _KINDS = {kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}
@@ -195,7 +197,7 @@ def _span(span: ReadableSpan) -> bytes:
     into new tuples and mappings on every read, ~2 us a span); any other ``ReadableSpan``
     through its properties.
     """
-    if type(span) is not ReadableSpan:
+    if type(span) not in _PLAIN_SPANS:
         return _span_public(span)
     context = span._context
     if context is None:

@@ -31,13 +31,24 @@ from typing import Any
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SynchronousMultiSpanProcessor, sampling
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import (
+    Event,
+    ReadableSpan,
+    SpanLimits,
+    SpanProcessor,
+    SynchronousMultiSpanProcessor,
+    sampling,
+)
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationInfo, InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
+
+from . import otlp
 
 __all__ = ["TracerProvider"]
 
@@ -74,24 +85,12 @@ def _attributes(attributes: types.Attributes, limit: int | None, length: int | N
     return BoundedAttributes(limit, attributes, immutable=True, max_value_len=length)
 
 
-class _Span(trace_api.Span):
-    """A recording span: plain fields until it ends, then one ``ReadableSpan`` to the span processors."""
+class _Span(trace_api.Span, ReadableSpan):
+    """A recording span, which is also the ``ReadableSpan`` its span processors receive when it ends.
 
-    __slots__ = (
-        "_tracer",
-        "_name",
-        "_context",
-        "_parent",
-        "_kind",
-        "_start",
-        "_end",
-        "_attributes",
-        "_events",
-        "_links",
-        "_status",
-        "_record_exception",
-        "_set_status_on_exception",
-    )
+    As the SDK's span, it is both (``ReadableSpan``'s fields, read by its properties); the SDK's
+    hands its processors a copy, as its span may still change: this one does not once ended.
+    """
 
     def __init__(
         self,
@@ -111,8 +110,8 @@ class _Span(trace_api.Span):
         self._context = context
         self._parent = parent
         self._kind = kind
-        self._start = start
-        self._end: int | None = None
+        self._start_time = start
+        self._end_time: int | None = None
         self._attributes = attributes
         self._events: Sequence[Event] = ()  # a list once an event comes (most spans have none)
         self._links = links
@@ -120,14 +119,26 @@ class _Span(trace_api.Span):
         self._record_exception = record_exception
         self._set_status_on_exception = set_status_on_exception
 
+    @property
+    def _resource(self) -> Resource:  # type: ignore[override]
+        return self._tracer.provider.resource
+
+    @property
+    def _instrumentation_info(self) -> InstrumentationInfo:  # type: ignore[override]
+        return self._tracer.info
+
+    @property
+    def _instrumentation_scope(self) -> InstrumentationScope:  # type: ignore[override]
+        return self._tracer.scope
+
     def __repr__(self) -> str:
         return f'{type(self).__name__}(name="{self._name}", context={self._context})'
 
     def get_span_context(self) -> SpanContext:
-        return self._context
+        return self._context  # type: ignore[return-value]  # always set: ReadableSpan allows None
 
     def is_recording(self) -> bool:
-        return self._end is None
+        return self._end_time is None
 
     def _writable(self) -> BoundedAttributes:
         """The attributes as a mapping that takes new keys under the span limits (the SDK's)."""
@@ -144,19 +155,19 @@ class _Span(trace_api.Span):
         return writable
 
     def set_attributes(self, attributes: Mapping[str, types.AnyValue]) -> None:
-        if self._end is not None:
+        if self._end_time is not None:
             return
         target = self._writable()
         for key, value in attributes.items():
             target[key] = value
 
     def set_attribute(self, key: str, value: types.AnyValue) -> None:
-        if self._end is not None:
+        if self._end_time is not None:
             return
         self._writable()[key] = value
 
     def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
-        if self._end is not None:
+        if self._end_time is not None:
             return
         limits = self._tracer.limits
         events = self._events
@@ -168,7 +179,7 @@ class _Span(trace_api.Span):
         events.append(Event(name, cleaned, timestamp if timestamp is not None else time_ns()))  # type: ignore[attr-defined]
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
-        if self._end is not None or not _valid_link(context, attributes):
+        if self._end_time is not None or not _valid_link(context, attributes):
             return
         limits = self._tracer.limits
         cleaned = BoundedAttributes(
@@ -179,11 +190,11 @@ class _Span(trace_api.Span):
         self._links.append(trace_api.Link(context, cleaned))
 
     def update_name(self, name: str) -> None:
-        if self._end is None:
+        if self._end_time is None:
             self._name = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        if self._end is not None:
+        if self._end_time is not None:
             return
         if self._status.status_code is StatusCode.OK:
             return  # the SDK's rule: OK is final
@@ -222,7 +233,7 @@ class _Span(trace_api.Span):
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> None:
-        if exc_val is not None and self._end is None:
+        if exc_val is not None and self._end_time is None:
             if self._record_exception:
                 self.record_exception(exc_val, escaped=True)
             if self._set_status_on_exception:
@@ -230,28 +241,10 @@ class _Span(trace_api.Span):
         super().__exit__(exc_type, exc_val, exc_tb)
 
     def end(self, end_time: int | None = None) -> None:
-        if self._end is not None:
+        if self._end_time is not None:
             return
-        self._end = end_time if end_time is not None else time_ns()
-        tracer = self._tracer
-        attrs = self._attributes
-        tracer.processor.on_end(
-            ReadableSpan(
-                name=self._name,
-                context=self._context,
-                parent=self._parent,
-                resource=tracer.provider.resource,
-                attributes=attrs,
-                events=self._events,
-                links=self._links,
-                kind=self._kind,
-                status=self._status,
-                start_time=self._start,
-                end_time=self._end,
-                instrumentation_info=tracer.info,
-                instrumentation_scope=tracer.scope,
-            )
-        )
+        self._end_time = end_time if end_time is not None else time_ns()
+        self._tracer.provider.target.on_end(self)
 
 
 class _Tracer(trace_api.Tracer):
@@ -261,7 +254,6 @@ class _Tracer(trace_api.Tracer):
         self, provider: TracerProvider, info: InstrumentationInfo, scope: InstrumentationScope
     ) -> None:
         self.provider = provider
-        self.processor = provider.processor
         self.limits = provider.limits
         self.info = info
         self.scope = scope
@@ -342,7 +334,8 @@ class _Tracer(trace_api.Tracer):
             record_exception,
             set_status_on_exception,
         )
-        self.processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
+        if provider.starts:
+            provider.target.on_start(span, parent_context=context)  # type: ignore[arg-type]
         return span
 
     @contextmanager  # the API's own decorator (a context manager usable as a decorator too) is private
@@ -384,9 +377,23 @@ class TracerProvider(SdkTracerProvider):
         self.processor = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
         self.limits: SpanLimits = kwargs.pop("span_limits", None) or SpanLimits()
         super().__init__(active_span_processor=self.processor, span_limits=self.limits, **kwargs)
+        self._added: list[SpanProcessor] = []
+        self.target: SpanProcessor = self.processor
+        """Where ended spans go: the one span processor when there is one, else all of them."""
+        self.starts = True
+        """Whether a started span is told to the processors (not when that is known to do nothing)."""
         check = getattr(self.id_generator, "is_trace_id_random", None)
         self.random_ids = bool(check()) if callable(check) else False
         self._lean: dict[int, tuple[trace_api.Tracer, _Tracer]] = {}
+
+    def add_span_processor(self, span_processor: SpanProcessor) -> None:
+        """Add a span processor, as the SDK's provider does."""
+        super().add_span_processor(span_processor)
+        self._added.append(span_processor)
+        only = self._added[0] if len(self._added) == 1 else None
+        self.target = only if only is not None else self.processor
+        # The batch processor's on_start does nothing: a span tells it only its end.
+        self.starts = type(only) is not BatchSpanProcessor
 
     def get_tracer(
         self,
@@ -412,3 +419,6 @@ class TracerProvider(SdkTracerProvider):
         if found is None or found[0] is not sdk_tracer:
             found = self._lean[id(sdk_tracer)] = (sdk_tracer, _Tracer(self, info, scope))
         return found[1]
+
+
+otlp._PLAIN_SPANS.add(_Span)  # its fields are ReadableSpan's: the encoder reads them directly
