@@ -32,6 +32,8 @@ def reply_for(kind: str, gold: int) -> str:
         return f"The answer is ({gold + 2})."
     if kind == "junk":
         return "I am not sure how to do this."
+    if kind == "blank":
+        return " \n"
     raise AssertionError(kind)
 
 

@@ -176,3 +176,32 @@ def test_a_bench_in_a_pipe_prints_progress_lines(
         "bench: 40/40 units (100%), "
     )
     assert len(lines) == 20
+
+
+def test_blank_replies_are_counted_and_a_method_with_nothing_but_blanks_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    from moot.runs import RunStore
+
+    # Agent 0 answers blank on items 0 and 1 only: counted, scored wrong, the run is complete (exit 0).
+    fake_provider("benchsome", lambda rest: oracle(lambda i, a, r: "blank" if a == 0 and i < 2 else "right"))
+    argv = ["bench", "--methods", "single", "--n", "4", "--no-plots"]
+    assert main([*argv, "--model", "benchsome:a", "--out", str(tmp_path / "some")]) == 0
+    err = capsys.readouterr().err
+    assert "blank: single: 2 of 4 replies were blank (no text), scored as parse failures" in err
+    report = (tmp_path / "some" / "report.md").read_text(encoding="utf-8")
+    assert "2 of 4 replies were blank (no text), scored as parse failures" in report
+
+    # Every reply blank: nothing was measured; exit 1, said, and the stored run failed with the reason.
+    fake_provider("benchblank", lambda rest: oracle(lambda i, a, r: "blank"))
+    store = tmp_path / "runs.db"
+    out = tmp_path / "blank"
+    assert main([*argv, "--model", "benchblank:a", "--out", str(out), "--store", str(store)]) == 1
+    err = capsys.readouterr().err
+    assert "no text:" in err and "every reply of single (4 replies) was blank: nothing was measured" in err
+    with RunStore(store, must_exist=True) as runs:
+        (run,) = runs.list()
+        assert run.status == "failed" and "was blank" in (run.error or "")
+        assert run.summary["blank_replies"] == {"single": 4}
+    lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["rounds"][0][0]["text"] for line in lines] == [" \n"] * 4  # raw text kept

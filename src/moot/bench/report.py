@@ -222,6 +222,10 @@ def _extras(report: Report) -> list[str]:
             )
         if m.replies_truncated:
             bits.append(f"{m.replies_truncated} replies cut at max_tokens")
+        if m.replies_blank:
+            bits.append(
+                f"{m.replies_blank} of {m.replies} replies were blank (no text), scored as parse failures"
+            )
         if m.notes:
             bits.append(f"{m.notes} items carry a note, see results.jsonl")
         if bits:

@@ -382,9 +382,10 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     """How a bench run ends for its observers: ``status``, ``usage``, ``summary``, ``score``, ``error``.
 
     ``complete`` when every unit has a record, ``fell_back`` when some of them fell back (not
-    scored), else ``failed`` (resume to finish it).
+    scored), else ``failed`` (resume to finish it); ``failed`` too when every reply of a method
+    was blank (nothing was measured).
     """
-    from .summary import summarize
+    from .summary import blank_hint, summarize
 
     by_method: dict[str, list[ItemRecord]] = {s.name: [] for s in run.specs}
     for r in run.records:
@@ -414,12 +415,20 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     fell_back = len(run.fell_back)
     if fell_back:
         summary["fell_back"] = fell_back
+    blank = {m.method: m.replies_blank for m in summaries if m.replies_blank}
+    if blank:
+        summary["blank_replies"] = blank
+    status = ("fell_back" if fell_back else "complete") if run.complete else "failed"
+    error = None if run.complete else f"{missing} item/method units missing; resume to finish them"
+    nothing = blank_hint(summaries)
+    if nothing is not None:
+        status, error = "failed", nothing if error is None else f"{error}; {nothing}"
     return {
-        "status": ("fell_back" if fell_back else "complete") if run.complete else "failed",
+        "status": status,
         "usage": usage,
         "summary": summary,
         "score": max((a for a in accuracy.values() if a is not None), default=None),
-        "error": None if run.complete else f"{missing} item/method units missing; resume to finish them",
+        "error": error,
     }
 
 

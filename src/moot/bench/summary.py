@@ -67,6 +67,8 @@ class MethodSummary:
     vote whose K samples came in one ``n=K`` request, or a reply from the cache, saved nothing."""
     fell_back: int = 0
     """Units whose debate fell back, left out of every other figure."""
+    replies_blank: int = 0
+    """Replies with no text (whitespace at most): scored as parse failures, counted here too."""
     fallbacks: tuple[tuple[str, int], ...] = ()
     """(reason, units) of the fallen-back units, most common first; the reason is the fallback's
     kind with its detail (``timeout: the debate exceeded 10 s``)."""
@@ -147,6 +149,24 @@ def scored(records: Sequence[ItemRecord]) -> list[ItemRecord]:
     return [r for r in records if r.fallback is None]
 
 
+def all_blank(methods: Sequence[MethodSummary]) -> list[MethodSummary]:
+    """The methods whose every reply was blank: nothing of the model was measured for them."""
+    return [m for m in methods if m.replies and m.replies_blank == m.replies]
+
+
+def blank_hint(methods: Sequence[MethodSummary]) -> str | None:
+    """What to say when every reply of a method was blank (None: no such method)."""
+    blank = all_blank(methods)
+    if not blank:
+        return None
+    which = ", ".join(f"{m.method} ({m.replies} replies)" for m in blank)
+    return (
+        f"every reply of {which} was blank: nothing was measured. The model answered no text: "
+        "a reply cut at max_tokens before any text, a reasoning model that puts its reply outside "
+        "`content`, or a server that drops the reply (see its log)"
+    )
+
+
 def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
     """The figures of one method from its records (fallen-back units counted apart)."""
     reasons = Counter(r.fallback for r in records if r.fallback is not None)
@@ -166,6 +186,7 @@ def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
         replies=len(replies),
         replies_in_format=sum(a.in_format for a in replies),
         replies_truncated=sum(a.finish == "length" for a in replies),
+        replies_blank=sum(not a.text.strip() for a in replies),
         calls=sum(r.calls for r in records),
         cached=sum(r.cached for r in records),
         saved_by_early_stop=sum(

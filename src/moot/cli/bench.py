@@ -56,6 +56,7 @@ from ..bench.runner import (
     read_run_file,
     run_bench,
 )
+from ..bench.summary import blank_hint
 from ..bench.tasks import make_task
 from ..errors import ResourceError, UsageError
 from ..models import run_with_model
@@ -310,7 +311,8 @@ def bench(
     A preset runs under its production deadline (as ``moot run`` would) unless --deadline
     sets another; a unit whose debate fell back is counted, never scored.
 
-    Exit codes: 0 complete; 1 incomplete (failed units, --timeout) or units fell back;
+    Exit codes: 0 complete; 1 incomplete (failed units, --timeout), units fell back, or every
+    reply of a method was blank;
     2 usage error (bad option or data, --out in use); 130 Ctrl-C or SIGTERM.
     """
     apply_cache_options(cache, cache_file, cache_expiry, ray_address=ray_address)
@@ -454,12 +456,21 @@ def _finish(run: BenchRun, out_dir: Path, console: Console, *, plots: bool, time
     hint = fallback_hint(report.methods, run.config)
     if hint:
         console.print(f"[yellow]fell back:[/] {markup(hint.replace('OUT', str(out_dir)))}")
+    for m in report.methods:
+        if m.replies_blank and m.replies_blank < m.replies:
+            console.print(
+                f"[yellow]blank:[/] {markup(m.method)}: {m.replies_blank} of {m.replies} replies were blank "
+                "(no text), scored as parse failures"
+            )
+    nothing = blank_hint(report.methods)
+    if nothing:
+        console.print(f"[red]no text:[/] {markup(nothing)}")
     if not run.complete:
         missing = len(run.items) * len(run.specs) - len(run.records)
         console.print(
             f"[yellow]incomplete:[/] {missing} item/method units missing; continue with --resume {out_dir}"
         )
-    if not run.complete or hint:
+    if not run.complete or hint or nothing:
         raise typer.Exit(_exit.DEGRADED)
 
 
