@@ -48,7 +48,7 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
-from . import otlp
+import moot.app.otlp as otlp
 
 __all__ = ["TracerProvider"]
 
