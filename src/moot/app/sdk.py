@@ -54,6 +54,9 @@ __all__ = ["TracerProvider"]
 
 _ATOMS = frozenset((str, bool, int, float))
 _RANDOM_TRACE_ID = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+_TRACE_FLAGS = {
+    n: TraceFlags(n) for n in range(4)
+}  # immutable ints, with a __dict__: shared, not made per span
 _UNSET = Status(StatusCode.UNSET)  # immutable: one for every span whose status is not set
 
 
@@ -300,7 +303,7 @@ class _Tracer(trace_api.Tracer):
             trace_id,
             provider.id_generator.generate_span_id(),
             is_remote=False,
-            trace_flags=TraceFlags(flags),
+            trace_flags=_TRACE_FLAGS[flags] if flags in _TRACE_FLAGS else TraceFlags(flags),
             trace_state=trace_state,
         )
         if not recording:
