@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import shutil
+import socket
 import ssl
 import subprocess
 import zlib
@@ -411,3 +412,41 @@ def test_https_with_a_trusted_certificate_and_refusal_of_an_untrusted_one(
     asyncio.run(main(trusted=False))
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     asyncio.run(main(trusted=True))
+
+
+def test_a_host_name_is_looked_up_once_for_a_burst_and_each_address_tried_in_turn() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        real = loop.getaddrinfo
+        lookups: list[str] = []
+
+        async def counting(host: str, port: int, **kwargs: object) -> list[tuple[object, ...]]:
+            lookups.append(host)
+            if host == "nowhere.test":
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            found = await real("127.0.0.1", port, **kwargs)  # type: ignore[arg-type]
+            # An address where nothing listens first: the next one must be tried.
+            refused = await real("127.0.0.1", _closed_port(), **kwargs)  # type: ignore[arg-type]
+            return [*refused, *found]
+
+        loop.getaddrinfo = counting  # type: ignore[method-assign]
+        async with simple(answer(b"ok")) as (url, seen):
+            named = url.replace("127.0.0.1", "moot-test-host")
+            t = transport()
+            raws = await asyncio.gather(*(t.post(named, b"{}") for _ in range(30)))
+            assert {r.body for r in raws} == {b"ok"} and seen.connections == 30
+            assert lookups == ["moot-test-host"]  # one lookup served the whole burst
+            assert b"Host: moot-test-host:" in seen.heads[0]
+            for _ in range(2):  # a failed lookup is not remembered: each request looks again
+                with pytest.raises(TransportError, match="cannot connect.*not known") as caught:
+                    await t.post("http://nowhere.test:80/v1", b"{}")
+                assert caught.value.connect
+            assert lookups.count("nowhere.test") == 2
+
+    asyncio.run(main())
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

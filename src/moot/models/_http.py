@@ -26,6 +26,8 @@ What the transport does:
   and llama-cpp-python's server close them: a request sent on a connection the
   server is closing fails), no connection limit of its own (the model's
   concurrency gate and the replica caps limit what is in flight);
+* a host name's addresses looked up once per 5 minutes per loop (one lookup for the
+  hundreds of connections of a run's first burst), each address tried in turn;
 * ``http://`` and ``https://`` (the system's certificate store, which honours
   ``SSL_CERT_FILE``); responses framed by ``Content-Length``, chunked, or by the
   server closing the connection; ``gzip`` and ``deflate`` bodies decoded;
@@ -49,12 +51,14 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import functools
+import socket
 import ssl
 import time
 import weakref
 import zlib
 from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = ["LeanTransport", "RawResponse", "TransportError", "json_headers", "parse_retry_after"]
@@ -316,6 +320,29 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+_Address = tuple[int, int, int, Any]
+"""(family, type, proto, socket address) of one address of a host."""
+_DNS_TTL_S = 300.0
+"""Seconds a host name's looked-up addresses are reused (aiohttp's default before this transport)."""
+
+
+async def _resolve(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[_Address]:
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [(family, kind, proto, address) for family, kind, proto, _, address in infos]
+
+
+async def _open(loop: asyncio.AbstractEventLoop, address: _Address) -> socket.socket:
+    family, kind, proto, where = address
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, where)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class _BadResponse(Exception):
     """Bytes that are not an HTTP/1.x response."""
 
@@ -328,11 +355,31 @@ def _inflate(body: bytes) -> bytes:
 
 
 class _Pool:
-    """The connections of one event loop, idle ones per (host, port, tls), most recent last."""
+    """The connections of one event loop, idle ones per (host, port, tls), most recent last.
+
+    It also remembers each host name's addresses for :data:`_DNS_TTL_S`: the first burst of a
+    run opens hundreds of connections at once, and one lookup serves them all.
+    """
 
     def __init__(self) -> None:
         self.idle: dict[tuple[str, int, bool], list[_Connection]] = {}
         self.busy: set[_Connection] = set()
+        self.dns: dict[tuple[str, int], tuple[float, asyncio.Task[list[_Address]]]] = {}
+
+    async def addresses(self, loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[_Address]:
+        """``host``'s addresses, looked up once per :data:`_DNS_TTL_S` (concurrent callers share it)."""
+        entry = self.dns.get((host, port))
+        if entry is None or (entry[0] <= loop.time() and entry[1].done()):
+            task = loop.create_task(_resolve(loop, host, port))
+            task.add_done_callback(functools.partial(self._resolved, (host, port)))
+            entry = self.dns[(host, port)] = (loop.time() + _DNS_TTL_S, task)
+        # Shielded: one caller's cancellation must not cancel the lookup the others wait for.
+        return await asyncio.shield(entry[1])
+
+    def _resolved(self, key: tuple[str, int], task: asyncio.Task[list[_Address]]) -> None:
+        if task.cancelled() or task.exception() is not None:  # (exception() marks it retrieved)
+            if self.dns.get(key, (0.0, None))[1] is task:
+                del self.dns[key]  # a failed lookup is not remembered
 
     def close(self) -> None:
         for conns in self.idle.values():
@@ -414,7 +461,7 @@ class LeanTransport:
         deadline = now + self.timeout  # the whole request, connecting included
         conn = _reuse(pool, target.key, now)
         if conn is None:
-            conn = await self._connect(loop, target, url)
+            conn = await self._connect(loop, pool, target, url)
         waiter: asyncio.Future[RawResponse] = loop.create_future()
         conn.waiter = waiter
         pool.busy.add(conn)
@@ -441,7 +488,9 @@ class LeanTransport:
             pool.idle.setdefault(target.key, []).append(conn)
         return response
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop, target: _Target, url: str) -> _Connection:
+    async def _connect(
+        self, loop: asyncio.AbstractEventLoop, pool: _Pool, target: _Target, url: str
+    ) -> _Connection:
         tls = None
         if target.tls:
             if self._ssl is None:
@@ -449,12 +498,18 @@ class LeanTransport:
             tls = self._ssl
         try:
             async with asyncio.timeout(self.connect_timeout):
+                addresses = await pool.addresses(loop, target.host, target.port)
+                error: OSError | None = None
+                for address in addresses:  # each address in the resolver's order, until one accepts
+                    try:
+                        sock = await _open(loop, address)
+                        break
+                    except OSError as err:
+                        error = err
+                else:
+                    raise error or OSError(f"no address for {target.host}")
                 _, conn = await loop.create_connection(
-                    _Connection,
-                    target.host,
-                    target.port,
-                    ssl=tls,
-                    server_hostname=target.host if tls else None,
+                    _Connection, sock=sock, ssl=tls, server_hostname=target.host if tls else None
                 )
         except TimeoutError as err:
             raise TransportError(f"connecting to {url} timed out", connect=True, timeout=True) from err
