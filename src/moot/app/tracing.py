@@ -838,9 +838,10 @@ def install_from_env(environ: Mapping[str, str] | None = None) -> Callable[[], N
     """Set the global tracer provider from OpenTelemetry's environment variables (the CLI's start).
 
     With ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` set and the
-    extra installed: an SDK provider with a batch processor and the OTLP/HTTP exporter, the
-    service named by ``OTEL_SERVICE_NAME`` (default ``moot``); the exporter reads its endpoint,
-    headers and timeout from the same variables. Returns the function that flushes and shuts it
+    extra installed: an SDK provider (:class:`moot.app.sdk.TracerProvider`, the SDK's with a
+    leaner span) with a batch processor and the OTLP/HTTP exporter, the service named by
+    ``OTEL_SERVICE_NAME`` (default ``moot``); the exporter reads its endpoint, headers and
+    timeout from the same variables. Returns the function that flushes and shuts it
     down (call it before exit), or None when nothing was installed: no variable, a provider
     already set, or the extra missing (then one ``moot: warning:`` line says so).
     """
