@@ -105,6 +105,19 @@ def test_the_encoding_parses_to_what_the_official_encoder_makes() -> None:
     assert encode_spans(spans) == encode_spans(spans)  # the caches change nothing
 
 
+def test_equal_values_of_other_types_are_encoded_each_as_itself() -> None:
+    # 1 == 1.0 == True, and so are tuples of them: the encoder's cache must not mix them up.
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("moot")
+    for value in (1, True, 1.0, (1, 2), (True, False), (1.0, 2.0), ("1",), "1"):
+        tracer.start_span("s", attributes={"v": value, "w": value}).end()
+    spans = memory.get_finished_spans()
+    assert _parsed(encode_spans(spans)) == official_encode(spans)
+    assert _parsed(encode_spans(spans)) == official_encode(spans)  # again, from the cache
+
+
 def test_spans_of_two_resources_are_two_resource_spans() -> None:
     a, b = _spans(Resource.create({"service.name": "a"})), _spans(Resource.create({"service.name": "b"}))
     mixed = a[:2] + b + a[2:]

@@ -121,10 +121,14 @@ def _value(value: Any) -> bytes:
 
 
 _KEYS: dict[str, bytes] = {}
-_PAIRS: dict[bytes, dict[str, dict[Any, tuple[type, bytes]]]] = {}  # tag -> key -> value -> (class, field)
+# tag -> key -> value -> its encoded field. Strings and tuples in one table, integers in another
+# (``1 == 1.0 == True``: one dictionary key, three encodings; booleans and floats are not kept).
+# The fields are bytes, which the collector does not track: a long run's cache (up to
+# _PAIRS_MAX fields: unit ids, token counts...) adds nothing to its young-generation counts.
+_TEXT: dict[bytes, dict[str, dict[Any, bytes]]] = {}
+_INTS: dict[bytes, dict[str, dict[int, bytes]]] = {}
 _PAIRS_MAX = 8192  # distinct attribute fields kept encoded: personas, models, phases, rounds
 _pairs = 0
-_CACHED = frozenset((str, int, bool, tuple))
 
 
 def _key_value(key: str, value: Any) -> bytes:
@@ -136,44 +140,44 @@ def _key_value(key: str, value: Any) -> bytes:
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
-    """Repeated ``KeyValue`` fields; a short hashable value seen under that key is encoded once.
-
-    The cache is looked up by key, then by value, and the class is checked: ``1``, ``1.0`` and
-    ``True`` are one dictionary key but three encodings.
-    """
+    """Repeated ``KeyValue`` fields; a short string, tuple or integer seen under that key is encoded once."""
     global _pairs
     if not attributes:
         return b""
     items = getattr(attributes, "_dict", attributes)  # an event's BoundedAttributes: its dict
-    by_key = _PAIRS.get(tag)
-    if by_key is None:
-        by_key = _PAIRS[tag] = {}
+    text, ints = _TEXT.get(tag), _INTS.get(tag)
+    if text is None or ints is None:
+        text, ints = _TEXT.setdefault(tag, {}), _INTS.setdefault(tag, {})
     out = []
     for key, value in items.items():
-        values = by_key.get(key)
+        cls = value.__class__
+        if cls is str or cls is tuple:
+            table: dict[str, dict[Any, bytes]] = text
+        elif cls is int:
+            table = ints
+        else:
+            out.append(_field(tag, _key_value(key, value)))
+            continue
+        values = table.get(key)
         if values is not None:
             try:
                 found = values.get(value)
-            except TypeError:  # an unhashable value (a mapping): never cached
+            except TypeError:  # a tuple holding an unhashable value (never kept)
                 found = None
-            if found is not None and found[0] is value.__class__:
-                out.append(found[1])
+            if found is not None:
+                out.append(found)
                 continue
         encoded = _field(tag, _key_value(key, value))
-        cls = value.__class__
+        # A tuple is kept only when it holds strings: (1,) == (True,) == (1.0,), one key again.
         if (
-            cls in _CACHED
-            and (cls is not str and cls is not tuple or len(value) <= 64)
+            (cls is int or len(value) <= 64)
+            and (cls is not tuple or all(v.__class__ is str for v in value))
             and _pairs < _PAIRS_MAX
         ):
             if values is None:
-                values = by_key[key] = {}
-            try:
-                if value not in values:
-                    values[value] = (cls, encoded)
-                    _pairs += 1
-            except TypeError:  # a tuple holding an unhashable value
-                pass
+                values = table[key] = {}
+            values[value] = encoded
+            _pairs += 1
         out.append(encoded)
     return b"".join(out)
 
