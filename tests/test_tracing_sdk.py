@@ -121,6 +121,18 @@ def test_the_tracer_is_moots_own() -> None:
     assert provider.get_tracer("moot") is tracer
 
 
+def test_an_sdk_whose_span_keeps_other_fields_gets_its_own_tracer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import moot.app.sdk as lean
+
+    assert lean.layout_known()  # this SDK: the lean span is used (the test above)
+    monkeypatch.setattr(lean, "_SPAN_FIELDS", lean._SPAN_FIELDS - {"_links"})  # as if the SDK kept more
+    assert not lean.layout_known()
+    tracer = MootTracerProvider().get_tracer("moot")
+    assert type(tracer).__module__.startswith("opentelemetry.sdk")
+    with tracer.start_as_current_span("still traced") as span:
+        assert span.is_recording()
+
+
 def test_a_span_tree_with_attributes_events_and_status() -> None:
     def scenario(tracer: trace.Tracer) -> None:
         root = tracer.start_span("root", attributes={"a": "x", "n": 3, "f": 0.5, "b": True}, start_time=10)

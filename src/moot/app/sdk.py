@@ -62,6 +62,28 @@ _TRACE_FLAGS = {
 _UNSET = Status(StatusCode.UNSET)  # immutable: one for every span whose status is not set
 
 
+_SPAN_FIELDS = frozenset(
+    {
+        "_name", "_context", "_parent", "_kind", "_start_time", "_end_time", "_attributes", "_events",
+        "_links", "_status", "_resource", "_instrumentation_info", "_instrumentation_scope",
+    }
+)  # fmt: skip
+"""What :class:`_Span` keeps under ``ReadableSpan``'s own names (its properties read them)."""
+
+
+def layout_known() -> bool:
+    """Whether this SDK's ``ReadableSpan`` keeps nothing but :data:`_SPAN_FIELDS`.
+
+    :class:`_Span` is read through ``ReadableSpan``'s properties, which read those fields: an SDK
+    version that keeps another field (or slots) would find it missing, so its own span is used.
+    """
+    try:
+        fields = set(vars(ReadableSpan(name="probe")))
+    except TypeError:  # no __dict__, or another constructor
+        return False
+    return fields <= _SPAN_FIELDS
+
+
 def _valid_link(context: SpanContext | None, attributes: types.Attributes) -> bool:
     """A link the SDK keeps: a valid context, or one with attributes or a trace state."""
     return bool(context and (context.is_valid or attributes or context.trace_state))
@@ -390,6 +412,7 @@ class TracerProvider(SdkTracerProvider):
         check = getattr(self.id_generator, "is_trace_id_random", None)
         self.random_ids = bool(check()) if callable(check) else False
         self._lean: dict[int, tuple[trace_api.Tracer, _Tracer]] = {}
+        self._layout: bool | None = None  # layout_known(), asked at the first get_tracer
 
     def add_span_processor(self, span_processor: SpanProcessor) -> None:
         """Add a span processor, as the SDK's provider does."""
@@ -413,13 +436,16 @@ class TracerProvider(SdkTracerProvider):
         )
         scope = getattr(sdk_tracer, "_instrumentation_scope", None)
         info = getattr(sdk_tracer, "instrumentation_info", None)
+        if self._layout is None:
+            self._layout = layout_known()
         if (
-            not isinstance(scope, InstrumentationScope)
+            not self._layout
+            or not isinstance(scope, InstrumentationScope)
             or not isinstance(info, InstrumentationInfo)
             or os.environ.get("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "").strip().lower() == "true"
             or not getattr(sdk_tracer, "_is_enabled", lambda: True)()
         ):
-            return sdk_tracer  # another SDK version, the SDK's own metrics, or a disabled tracer
+            return sdk_tracer  # an SDK whose span differs, the SDK's own metrics, or a disabled tracer
         found = self._lean.get(id(sdk_tracer))
         if found is None or found[0] is not sdk_tracer:
             found = self._lean[id(sdk_tracer)] = (sdk_tracer, _Tracer(self, info, scope))
