@@ -450,3 +450,17 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_an_ip_address_needs_no_lookup() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def no_lookup(*args: object, **kwargs: object) -> list[tuple[object, ...]]:
+            raise AssertionError(f"looked up {args}")
+
+        loop.getaddrinfo = no_lookup  # type: ignore[method-assign]
+        async with simple(answer(b"ok")) as (url, _):
+            assert (await transport().post(url, b"{}")).body == b"ok"
+
+    asyncio.run(main())

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import functools
+import ipaddress
 import socket
 import ssl
 import time
@@ -327,6 +328,14 @@ _DNS_TTL_S = 300.0
 
 
 async def _resolve(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[_Address]:
+    try:  # an address already: no lookup (asyncio would start a resolver thread for it)
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        if ip.version == 4:
+            return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, (host, port))]
+        return [(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, (host, port, 0, 0))]
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [(family, kind, proto, address) for family, kind, proto, _, address in infos]
 
