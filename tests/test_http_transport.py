@@ -464,3 +464,33 @@ def test_an_ip_address_needs_no_lookup() -> None:
             assert (await transport().post(url, b"{}")).body == b"ok"
 
     asyncio.run(main())
+
+
+def test_on_uvloop_as_in_rays_workers() -> None:
+    """uvloop's transports are no asyncio.Transport subclass (a check for one failed every request
+    of `moot absa --ray`): keep-alive, a chunked body, a time-out and a looked-up name on uvloop."""
+    import uvloop
+
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"
+
+    async def main() -> None:
+        assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+            while await read_request(reader, seen):
+                if seen.bodies[-1] == b"hang":
+                    await asyncio.sleep(30)
+                writer.write(chunked)
+
+        async with serving(handler) as (url, seen):
+            t = transport(timeout=0.3)
+            assert [(await t.post(url, b"{}")).body for _ in range(3)] == [b"ok"] * 3
+            assert seen.connections == 1
+            with pytest.raises(TransportError, match="timed out") as caught:
+                await t.post(url, b"hang")
+            assert caught.value.timeout
+            assert (await t.post(url.replace("127.0.0.1", "localhost"), b"{}")).body == b"ok"
+            await t.aclose()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main())

@@ -59,7 +59,7 @@ import weakref
 import zlib
 from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 __all__ = ["LeanTransport", "RawResponse", "TransportError", "json_headers", "parse_retry_after"]
@@ -168,8 +168,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Not an isinstance check: uvloop's transports (Ray's workers run on uvloop) are no subclass.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:  # noqa: D102
         if self.waiter is None:
