@@ -526,3 +526,34 @@ class TestTransientErrorsOverARealSocket:
             kinds = [b["response_format"]["type"] for b in server.bodies]
         assert kinds == ["json_schema", "json_object", "json_object", "json_object"]
         assert model.structured_mode == "json_object"
+
+
+def test_a_proxy_variable_the_lean_stack_does_not_use_is_said_once_without_its_value(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:hunter2@proxy.internal:3128")
+    with caplog.at_level("WARNING", logger="moot"):
+        OpenAIModel("m", base_url="https://api.example.com/v1", api_key="k")
+        OpenAIModel("m", base_url="http://127.0.0.1:9/v1", api_key="k")  # no HTTP_PROXY: not affected
+        OpenAIModel("m", base_url="https://api.example.com/v1", api_key="k", http="sdk")  # the SDK uses it
+    (record,) = caplog.records
+    assert (
+        "HTTPS_PROXY is set, but the lean HTTP client connects to api.example.com directly" in record.message
+    )
+    assert "MOOT_OPENAI_HTTP=sdk" in record.message and "hunter2" not in record.message
+    caplog.clear()
+    monkeypatch.setenv("NO_PROXY", "api.example.com")
+    with caplog.at_level("WARNING", logger="moot"):
+        OpenAIModel("m", base_url="https://api.example.com/v1", api_key="k")
+    assert not caplog.records

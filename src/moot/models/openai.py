@@ -43,8 +43,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, Literal, cast, get_args
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -108,6 +109,33 @@ def _status_body(err: Any) -> str:
         body = getattr(err, "body", None)
         text = json.dumps(body) if body is not None else str(err)
     return text
+
+
+def _say_proxy_unused(name: str, endpoints: Sequence[str]) -> None:
+    """Warn (once per model) when a proxy variable applies to an endpoint: the lean stack connects directly.
+
+    Only the variable's name is said, never its value (a proxy URL may hold a password).
+    """
+    if not any(k.lower() in ("http_proxy", "https_proxy", "all_proxy") and v for k, v in os.environ.items()):
+        return
+    import urllib.request
+
+    proxies = urllib.request.getproxies_environment()
+    for endpoint in endpoints:
+        parts = urlsplit(endpoint)
+        scheme = parts.scheme.lower()
+        variable = f"{scheme}_proxy" if scheme in proxies else "all_proxy" if "all" in proxies else None
+        if variable is None or urllib.request.proxy_bypass(parts.hostname or ""):
+            continue
+        logger.warning(
+            "%s: %s is set, but the lean HTTP client connects to %s directly (it uses no proxy); "
+            "MOOT_OPENAI_HTTP=sdk goes through the proxy, NO_PROXY=%s silences this",
+            name,
+            variable.upper(),
+            parts.netloc.rpartition("@")[2],
+            parts.hostname,
+        )
+        return
 
 
 def http_error(
@@ -231,6 +259,8 @@ class OpenAIModel(SDKModel):
         if len(self.endpoints) > 1 and self.http != "lean":
             raise UsageError(f"several endpoints need the lean HTTP stack, not http={self.http!r}")
         self._transport = LeanTransport(json_headers(key), timeout=self.timeout)
+        if self.http == "lean":
+            _say_proxy_unused(self.name, self.endpoints)
         self.pool = ReplicaPool(
             self.endpoints,
             "/chat/completions",
