@@ -145,7 +145,6 @@ class _Connection(asyncio.Protocol):
         "chunked",
         "keep_alive",
         "chunks",
-        "error",
     )
 
     def __init__(self) -> None:
@@ -163,7 +162,6 @@ class _Connection(asyncio.Protocol):
         self.chunked = False
         self.keep_alive = True
         self.chunks: list[bytes] = []
-        self.error: str | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
