@@ -34,7 +34,8 @@ $(STAMP): $(BIN)/python pyproject.toml Makefile
 
 install: $(STAMP)
 
-# The README's quickstart command, unchanged: its deadline fits the embedded model's measured speed.
+# The README's quickstart: `make demo` installs (the stamp) and runs one bare `moot run`, whose deadline
+# fits the embedded model's measured speed (tests/test_readme.py reads the topic from here).
 demo: $(STAMP)
 	$(BIN)/moot run "Should a small team write tests before fixing a bug?"
 
@@ -63,7 +64,7 @@ browser:
 		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
 		echo "chromium could not be installed: the browser tests of moot view will be skipped"
 
-# Retake the README's screenshots of moot view (docs/img/) from real runs on the embedded model
+# Retake the screenshots of moot view in docs/runs.md (docs/img/) from real runs on the embedded model
 # (MODEL=openai:M with OPENAI_BASE_URL for a local server instead).
 screenshots: $(STAMP) browser
 	$(BIN)/python docs/screenshots.py --model $(or $(MODEL),local)
