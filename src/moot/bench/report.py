@@ -114,16 +114,24 @@ def _num(x: float, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-def command_line(config: BenchConfig) -> str:
-    """The ``moot bench`` command that reproduces a configuration."""
+def command_line(config: BenchConfig, n_items: int | None = None) -> str:
+    """The ``moot bench`` command that reproduces a configuration.
+
+    Args:
+        config: the run's configuration.
+        n_items: the number of items the run had, written as ``--n`` (a task's items are a
+            prefix of its seeded order, so ``--n 20`` gives the same 20 items a ``--n 100`` on
+            a 20-item file gave); None writes the ``--n`` asked for.
+    """
     parts = [
         "moot bench",
         f"--task {config.task}",
         f"--methods {','.join(config.methods)}",
         f"--model {config.model}",
     ]
-    if config.n is not None:
-        parts.append(f"--n {config.n}")
+    n = config.n if n_items is None else n_items
+    if n is not None:
+        parts.append(f"--n {n}")
     parts.append(f"--seed {config.seed}")
     if config.matched:
         parts.append("--matched")
@@ -291,7 +299,7 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         f"{'backend default' if c.max_tokens is None else c.max_tokens}",
         f"- status: {status}",
         f"- written: {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- reproduce: `{command_line(c)}`",
+        f"- reproduce: `{command_line(c, report.n_items)}`",
         *[f"- data: {note}" for note in report.data_notes],
         "",
         "## Results",

@@ -372,10 +372,13 @@ def _out_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def bench_title(config: BenchConfig) -> str:
-    """A bench run's title in lists: task, methods and sample size (``arithmetic · single, vote:3 · n=6``)."""
-    n = "all" if config.n is None else str(config.n)
-    return f"{config.task} · {', '.join(config.methods)} · n={n}"
+def bench_title(config: BenchConfig, n_items: int) -> str:
+    """A bench run's title in lists: task, methods and sample size (``arithmetic · single, vote:3 · n=6``).
+
+    ``n_items`` is the number of items the run has, not the ``--n`` asked for: ``--n 100`` on a
+    file of 20 items is a run of 20.
+    """
+    return f"{config.task} · {', '.join(config.methods)} · n={n_items}"
 
 
 def run_outcome(run: BenchRun) -> dict[str, Any]:
@@ -548,9 +551,8 @@ async def run_bench(
                 # What limits it: --model-concurrency / ?max_concurrency=N, or the adaptive limit.
                 "model_concurrency": effective_cap(model) or "adaptive",
             }
-        start = RunStart(
-            kind="bench", title=bench_title(config), model=config.model, config=recorded, continues=continues
-        )
+        title = bench_title(config, len(items))
+        start = RunStart(kind="bench", title=title, model=config.model, config=recorded, continues=continues)
         with observed(start, store=store) as handle:
             run = await _run(
                 config, model, out, resume, task, observer, policy, deadline,
