@@ -47,7 +47,11 @@ def test_markdown_report_shows_accuracy_intervals_tests_and_flips(tmp_path: Path
     assert "| `society:3:2` | `vote:6` |" in text
     assert "| 1 | 4 | 75.0% | 66.7% | 0 | 1 | 3 |" in text  # round 1: flips right->wrong 1, wrong->right 3
     assert "a lenient parser would read 0 of the 1 unparsed finals" in text  # "I am not sure..."
-    assert "| baseline: always `" in text and "(majority class) | 4 | 25.0% |" in text
+    # Four arithmetic items, four different answers: always giving one would only measure n.
+    assert (
+        "| baseline: always `" not in text
+        and "| no majority baseline: every gold answer is unique | 4 |" in text
+    )
     assert "status: complete" in text
     assert "reproduce: `moot bench --task arithmetic --methods single,society:3:2" in text
     assert "--matched" in text

@@ -431,3 +431,19 @@ def test_a_bench_agents_transcript_is_escaped_text(tmp_path: Path) -> None:
     assert page.count("&lt;script&gt;alert(") >= 4  # two replies, the history's reply, the peer's reply
     assert "shared message #1 (above)" in page and "What is 3+4? &lt;b&gt;bold&lt;/b&gt;" in page
     assert "One agent response" in page and "0.50s" in page
+
+
+def test_bench_page_and_report_md_say_the_same_baselines(
+    client: TestClient, filled: dict[str, str], tmp_path: Path
+) -> None:
+    """One computation: the viewer rebuilds the report from the store, items in the order units finished."""
+    report = (tmp_path / "bench-a" / "report.md").read_text(encoding="utf-8")
+    rows = [
+        line.split("|")[1].strip()
+        for line in report.splitlines()
+        if line.startswith(("| baseline:", "| no majority baseline"))
+    ]
+    # Six arithmetic items, six different answers: no majority class to give.
+    assert rows == ["no majority baseline: every gold answer is unique"]
+    page = client.get(f"/runs/{filled['bench_a']}").text
+    assert "no majority baseline: every gold answer is unique" in page and "(majority class)" not in page
