@@ -64,6 +64,7 @@ def test_show_replays_a_debate_like_moot_run(
     out = capsys.readouterr().out
     for needle in ("affirmative", "critical", "round 2", "Tests first, then the fix.", XSS, "5 calls"):
         assert needle in out
+    assert "is thinking" not in out  # a finished run: every turn it started has its panel
     assert main(["runs", "show", filled["fallback"]]) == 0
     out = capsys.readouterr().out
     assert "fell_back" in out and "failed" in out and "fallback" in out
@@ -159,3 +160,18 @@ def test_rm_asks_on_a_terminal(
     assert f"delete run {filled['debate'][:8]} (run, complete: " in capsys.readouterr().out
     with RunStore(os.environ["MOOT_STORE"]) as store:
         assert (filled["debate"] in [r.id for r in store.list()]) is kept
+
+
+def test_show_of_a_running_debate_says_only_which_turns_are_in_flight(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "runs.db"
+    with RunStore(path) as store:
+        run_id = store.create_run("run", title="Still going?", model="m")
+        for seq, (kind, speaker) in enumerate(
+            [("turn_started", "affirmative"), ("turn_started", "critical"), ("turn_completed", "affirmative")]
+        ):
+            store.append_event(run_id, seq, kind, json.dumps({"speaker": speaker, "round": 1}))
+    assert main(["runs", "show", run_id, "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "critical is thinking (round 1)" in out and "affirmative is thinking" not in out

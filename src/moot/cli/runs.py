@@ -139,10 +139,17 @@ def _show_debate(opened: RunStore, record: RunRecord, console: Console) -> None:
     from .run import LiveView, print_summary
 
     live = LiveView(console, None)
-    for stored in opened.events(record.id):
-        if stored.kind == "debate_completed":
-            continue  # its result is the summary below
-        live(Event.model_validate({"kind": stored.kind, **stored.data}))
+    events = [
+        Event.model_validate({"kind": stored.kind, **stored.data})
+        for stored in opened.events(record.id)
+        if stored.kind != "debate_completed"  # its result is the summary below
+    ]
+    # "… X is thinking" is news while a run goes on: shown only for a turn still in flight.
+    done = {(e.speaker, e.round) for e in events if e.kind in ("turn_completed", "judge_completed")}
+    for event in events:
+        in_flight = record.status == "running" and (event.speaker, event.round) not in done
+        if event.kind != "turn_started" or in_flight:
+            live(event)
     result = load_result(opened, record.id)
     if result is not None:
         print_summary(console, result)
