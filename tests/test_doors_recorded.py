@@ -297,10 +297,10 @@ def test_a_refused_bench_leaves_no_run_and_list_agrees_with_show(
     assert _cli(argv, capsys) == 2  # the --out already holds results: refused before any call
     run = _one_run(path)  # still the one run
     assert main(["runs", "list", "--json", "--store", str(path)]) in (0, None)
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
     assert main(["runs", "show", run.id, "--json", "--store", str(path)]) in (0, None)
     shown = json.loads(capsys.readouterr().out)
-    assert {k: v for k, v in shown.items() if k not in ("result", "items")} == row
+    assert {k: v for k, v in shown.items() if k not in ("result", "items")} | {"protocol": "single"} == row
     assert row["usage"]["calls"] == server.requests > 0  # a bench unit record counts calls only
 
 
@@ -310,8 +310,8 @@ def test_run_list_and_show_agree_on_a_debate_usage(
     path = tmp_path / "runs.db"
     assert _cli(["run", TOPIC, "--model", spec, "--store", str(path)], capsys) == 0
     assert main(["runs", "list", "--json", "--store", str(path)]) in (0, None)
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
     assert main(["runs", "show", row["id"], "--json", "--store", str(path)]) in (0, None)
     shown = json.loads(capsys.readouterr().out)
-    assert {k: v for k, v in shown.items() if k != "result"} == row
+    assert {k: v for k, v in shown.items() if k != "result"} | {"protocol": "answer"} == row
     assert row["usage"] == shown["result"]["usage"] and row["usage"]["attempts"] == server.requests

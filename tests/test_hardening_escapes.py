@@ -106,7 +106,7 @@ def test_an_escape_sequence_error_body_reaches_no_command_output(
 
 def _runs(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
     assert main(["runs", "list", "--json"]) == 0
-    runs: list[dict[str, Any]] = json.loads(capsys.readouterr().out)
+    runs: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["runs"]
     assert len(runs) >= 5
     return runs
 

@@ -17,15 +17,25 @@ from .filled import XSS
 
 def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "list", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    page = json.loads(capsys.readouterr().out)  # the shape /api/runs answers
+    assert {k: page[k] for k in ("total", "offset", "limit")} == {"total": 7, "offset": 0, "limit": 50}
+    rows = page["runs"]
     assert [r["id"] for r in rows] == list(reversed(filled.values()))  # newest first
     assert {r["status"] for r in rows} == {"complete", "fell_back"}
     titles = {r["id"]: r["title"] for r in rows}
     assert titles[filled["bench_a"]] == "arithmetic · single, society:3:2 · n=6"  # task, methods, n
     assert main(["runs", "list", "--kind", "bench", "--json"]) == 0
-    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["bench_b"], filled["bench_a"]]
+    benches = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["id"] for r in benches] == [filled["bench_b"], filled["bench_a"]]
     assert main(["runs", "list", "--status", "fell_back", "--model", "fillbad", "--json"]) == 0
-    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["fallback"]]
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [filled["fallback"]]
+    assert main(["runs", "list", "--limit", "2", "--offset", "2", "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (
+        second["total"] == 7
+        and second["offset"] == 2
+        and [r["id"] for r in second["runs"]] == [r["id"] for r in rows[2:4]]
+    )
     assert main(["runs", "list", "--limit", "2"]) == 0
     table = capsys.readouterr().out
     assert filled["bench_b"][:8] in table and filled["debate"][:8] not in table and "wall" in table
@@ -37,7 +47,7 @@ def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFix
     # --search finds words said only inside a turn (the critic's reply), not in any title or prompt
     # (an ABSA batch unit keeps its stage prompts, which hold "key_disagreements")
     assert main(["runs", "list", "--search", "zugzwang", "--json"]) == 0
-    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["debate"]]
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [filled["debate"]]
 
 
 @pytest.mark.parametrize(

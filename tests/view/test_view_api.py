@@ -447,3 +447,13 @@ def test_bench_page_and_report_md_say_the_same_baselines(
     assert rows == ["no majority baseline: every gold answer is unique"]
     page = client.get(f"/runs/{filled['bench_a']}").text
     assert "no majority baseline: every gold answer is unique" in page and "(majority class)" not in page
+
+
+def test_runs_list_json_and_api_runs_are_one_shape(
+    client: TestClient, filled: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``moot runs list --json`` answers what ``/api/runs`` answers: ``{total, offset, limit, runs}``."""
+    assert main(["runs", "list", "--kind", "bench", "--limit", "1", "--offset", "1", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    api = client.get("/api/runs", params={"kind": "bench", "limit": 1, "offset": 1}).json()
+    assert cli == api and cli["total"] == 2 and [r["id"] for r in cli["runs"]] == [filled["bench_a"]]

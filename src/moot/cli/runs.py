@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..app.compare import BenchComparison, as_json, compare_runs
-from ..app.records import read_store
+from ..app.records import list_row, read_store, runs_page
 from ..errors import UsageError
 from ..runs import RunRecord, RunStatus, RunStore, load_result
 from ._console import make_console, print_table
@@ -69,10 +69,6 @@ def _wall(record: RunRecord) -> str:
     return "-" if record.wall_s is None else f"{record.wall_s:.1f}s"
 
 
-def _row_json(record: RunRecord) -> dict[str, Any]:
-    return record.model_dump(mode="json", exclude={"result"}) | {"wall_s": record.wall_s}
-
-
 @runs_app.command("list")
 def list_cmd(
     kind: KindOption = None,
@@ -86,7 +82,12 @@ def list_cmd(
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most N runs.")] = 50,
     offset: Annotated[int, typer.Option(min=0, help="Skip the first N runs (the next page).")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON array of runs.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help='One JSON object, as /api/runs answers: {"total", "offset", "limit", "runs"}.'
+        ),
+    ] = False,
     store: StoreOption = None,
 ) -> None:
     """Runs, newest first: id, kind, title, model, status, calls, tokens, wall time; 50 at a time."""
@@ -96,11 +97,10 @@ def list_cmd(
     with _open(store) as opened:
         runs = opened.list(**filters, limit=limit, offset=offset)
         total = opened.count(**filters)
-        for r in runs:
-            if r.status == "running":  # its row has usage only at the end: what is stored so far
-                r.usage = opened.live_usage(r.id)
+        rows = [list_row(opened, r) for r in runs]  # a running run's usage: what is stored so far
     if as_json:
-        typer.echo(json.dumps([_row_json(r) for r in runs], ensure_ascii=False))
+        page = runs_page(rows, total=total, offset=offset, limit=limit)
+        typer.echo(json.dumps(page, ensure_ascii=False))
         return
     table = Table("id", "started", "kind", "title", "model", "status", "calls", "tokens", "wall", "score")
     for r in runs:

@@ -35,7 +35,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 import moot.view.shape as shape
 
 from ..app.compare import as_json, compare_runs
-from ..app.records import load_result, read_store
+from ..app.records import list_row, load_result, read_store, runs_page
 from ..errors import UsageError
 from ..runs import RunRecord, RunStore
 
@@ -183,16 +183,6 @@ MAX_PAGE = 500
 """The most runs one page or API answer holds."""
 
 
-def _row(store: RunStore, record: RunRecord) -> dict[str, Any]:
-    """A list row: the record without its result, with its wall time, protocol and (running) live usage."""
-    if record.status == "running":
-        record.usage = store.live_usage(record.id)
-    return record.model_dump(mode="json", exclude={"result"}) | {
-        "wall_s": record.wall_s,
-        "protocol": shape.protocol_of(record),
-    }
-
-
 def _list(
     store: RunStore,
     *,
@@ -213,7 +203,7 @@ def _list(
     }
     limit, offset = min(max(limit, 1), MAX_PAGE), max(offset, 0)
     found = store.list(**filters, limit=limit, offset=offset, sort=_SORTS.get(sort, "time"))
-    return [_row(store, r) for r in found], store.count(**filters)
+    return [list_row(store, r) for r in found], store.count(**filters)
 
 
 def _getter(store: RunStore) -> Callable[[str], RunRecord]:
@@ -250,7 +240,7 @@ def _api(app: FastAPI, store: RunStore) -> None:
         runs, total = _list(
             store, kind=kind, status=status, model=model, q=q, sort=sort, limit=limit, offset=offset
         )
-        return {"total": total, "offset": max(offset, 0), "limit": min(max(limit, 1), MAX_PAGE), "runs": runs}
+        return runs_page(runs, total=total, offset=max(offset, 0), limit=min(max(limit, 1), MAX_PAGE))
 
     @app.get("/api/runs/{run_id}")
     def api_run(run_id: str) -> dict[str, Any]:
