@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from typing import Annotated, Any, get_args
 
@@ -56,9 +57,12 @@ def _open(store: Any) -> RunStore:
 
 
 def _console() -> Console:
-    # Piped output keeps whole ids and titles instead of the 80-column default's ellipses.
+    # Piped output keeps whole ids and titles instead of the 80-column default's ellipses, unless
+    # COLUMNS says how wide the reader is (rich reads it, as every other command's console does).
     console = make_console()
-    return console if console.is_terminal else make_console(width=200)
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console
+    return make_console(width=200)
 
 
 def _when(ts: float) -> str:
