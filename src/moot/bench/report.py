@@ -21,7 +21,7 @@ from .methods import MethodSpec
 from .records import ItemRecord
 from .runner import BenchConfig, BenchRun
 from .stats import EXACT_THRESHOLD, McNemar
-from .summary import MethodSummary, RoundSummary, comparisons, round_summaries, summarize
+from .summary import MethodSummary, RoundSummary, comparisons, round_summaries, same_samples_hint, summarize
 from .tasks import Item
 
 __all__ = [
@@ -330,6 +330,7 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         f"- written: {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- reproduce: `{command_line(c, report.n_items)}`",
         *[f"- data: {note}" for note in report.data_notes],
+        *[f"- same samples: {same}" for same in [same_samples_hint(report.methods, c.temperature)] if same],
         "",
         "## Results",
         "",
