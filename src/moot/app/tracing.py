@@ -910,7 +910,16 @@ def install_from_env() -> Callable[[], None] | None:
         return None
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return None  # the application set its own provider: leave it alone
-    exporters = [exporter for name in names if (exporter := _exporter(name, env)) is not None]
+    exporters = []
+    for name in names:
+        try:
+            exporter = _exporter(name, env)
+        except Exception as exc:  # noqa: BLE001 - a bad setting (compression, certificate...) costs the trace only
+            why = f"{type(exc).__name__}: {redact.text(str(exc))[:200]}"
+            _warn(f"cannot set up the {name!r} span exporter ({why}); spans are not exported there")
+            continue
+        if exporter is not None:
+            exporters.append(exporter)
     if not exporters:
         return None
     resource = Resource.create()
