@@ -56,10 +56,10 @@ and the 135M model drifts into nonsense well before 0.7."""
 DEFAULT_MAX_TOKENS = 512
 """Used when a request leaves ``max_tokens`` unset, so a runaway generation stays bounded."""
 
-#: (resolved path, n_ctx) -> (Llama, lock). One llama context per file per process: loading
-#: twice wastes memory, and the lock is per context because a context is not thread-safe.
 logger = logging.getLogger(__name__)
 
+#: (resolved path, n_ctx) -> (Llama, lock). One llama context per file per process: loading
+#: twice wastes memory, and the lock is per context because a context is not thread-safe.
 _LOADED: dict[tuple[str, int], tuple[Any, threading.Lock]] = {}
 _LOAD_LOCK = threading.Lock()
 #: (resolved path, n_ctx) -> measured generation speed in tokens/s (see LocalModel.expected_speed).
@@ -79,8 +79,8 @@ def _close_all() -> None:
         _LOADED.clear()
     # llama-cpp-python also opens two os.devnull handles at import and never closes them. It has no
     # public way to close them, so they are left to the interpreter's exit: with ResourceWarnings
-    # shown (python -X dev, -W default) that is one "unclosed file ... /dev/null" line at exit;
-    # by default Python shows nothing.
+    # shown (python -X dev, -W default, pytest's filterwarnings = error) that is an "unclosed file
+    # ... /dev/null" ResourceWarning at exit, which changes no exit code; by default Python shows nothing.
 
 
 def bundled_model_path() -> Path:
