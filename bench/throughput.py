@@ -689,13 +689,12 @@ def _install_tracing(sink: str) -> None:
     global _TRACE_PROVIDER, _TRACE_ENDPOINT
     _TRACE_ENDPOINT = sink.removesuffix("/v1/traces")
     from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from moot.app.otlp import SpanExporter
-
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(SpanExporter(endpoint=sink)))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=sink)))
     trace.set_tracer_provider(provider)
     _TRACE_PROVIDER = provider
 
