@@ -17,6 +17,7 @@ Routes (FastAPI, the viewer's stack):
   ``moot`` object on the last choice chunk, the usage chunk when ``stream_options.include_usage``,
   then ``[DONE]``. A client that disconnects cancels its debate (recorded ``interrupted``).
 - ``GET /v1/models``: the served names.
+- ``GET /health``: ``status`` (``ok``, ``draining``), requests ``admitted`` and debates ``in_flight``.
 - ``/mcp``: the MCP server (:mod:`moot.serve.mcp_tools`), streamable HTTP.
 
 Errors are OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: 400 (bad body,
@@ -31,7 +32,7 @@ import asyncio
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._ids import new_id
 from ..errors import MootError, UsageError, error_text
@@ -268,23 +270,34 @@ class _Chunks:
 
 
 # -- the app -------------------------------------------------------------------------------------
-def _token_guard(
-    token: str,
-) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
-    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        auth = request.headers.get("authorization", "")
-        given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        if not given or not hmac.compare_digest(given.encode(), token.encode()):
-            what = "a wrong token" if given else "no token"
-            return ApiError(
-                401,
-                f"{what}: send the server's --token as the API key (Authorization: Bearer TOKEN)",
-                kind="authentication_error",
-                code="invalid_api_key",
-            ).response()
-        return await call_next(request)
+class _TokenGuard:
+    """Every HTTP request must carry the token as ``Authorization: Bearer`` (401 otherwise).
 
-    return guard
+    Plain ASGI, not Starlette's ``BaseHTTPMiddleware``: that runs the route in a task group of
+    its own, where a shutdown's cancellation could not be answered with a 503.
+    """
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        auth = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+        if given and hmac.compare_digest(given, self.token):
+            await self.app(scope, receive, send)
+            return
+        what = "a wrong token" if given else "no token"
+        response = ApiError(
+            401,
+            f"{what}: send the server's --token as the API key (Authorization: Bearer TOKEN)",
+            kind="authentication_error",
+            code="invalid_api_key",
+        ).response()
+        await response(scope, receive, send)
 
 
 def create_app(
@@ -343,11 +356,20 @@ def create_app(
     if host in LOOPBACK:  # DNS-rebinding guard, as moot view's
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]"])
     if token:
-        app.middleware("http")(_token_guard(token))
+        app.add_middleware(_TokenGuard, token=token)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
         return exc.response()
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "draining" if service.draining else "ok",
+            "admitted": service.admitted,
+            "in_flight": service.in_flight,
+            "max_debates": service.settings.max_debates,
+        }
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -419,6 +441,17 @@ async def _chat(service: DebateService, request: Request, max_body_bytes: int) -
         outcome = await service.run_debate(
             debate, topic, context=context, record=record, reservation=reservation
         )
+    except asyncio.CancelledError:
+        if not service.draining:
+            raise  # the client went away: nobody to answer
+        # The shutdown's grace ended: the debate is recorded interrupted; the caller hears why.
+        return ApiError(
+            503,
+            "the server shut down before the debate ended (its run is recorded interrupted); retry",
+            kind="server_error",
+            code="shutting_down",
+            headers={"Retry-After": "5"},
+        ).response()
     except Draining as exc:
         raise ApiError(
             503, str(exc), kind="server_error", code="shutting_down", headers={"Retry-After": "5"}

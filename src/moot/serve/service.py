@@ -279,9 +279,14 @@ class DebateService:
         return max(1, math.ceil(mean))
 
     @property
-    def running(self) -> int:
+    def admitted(self) -> int:
         """Requests admitted (running or waiting for a slot)."""
         return self._admitted
+
+    @property
+    def in_flight(self) -> int:
+        """Debates (and other tools' runs) whose task has not ended."""
+        return sum(not t.done() for t in self._tasks)
 
     def reserve(self) -> Reservation:
         """Take a place among the admitted requests now (a place in the queue, or a slot).
