@@ -135,7 +135,9 @@ def start_serve(tmp: Path, up: Upstream, *args: str) -> Served:
 
 @pytest.fixture(scope="module")
 def served(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    s = start_serve(tmp_path_factory.mktemp("serve"), upstream, "--max-debates", "10")
+    tmp = tmp_path_factory.mktemp("serve")
+    (tmp / "hasty.yaml").write_text("extends: answer\ntimeout: 0.5\n", encoding="utf-8")
+    s = start_serve(tmp, upstream, "--max-debates", "10", "--protocol", str(tmp / "hasty.yaml"))
     yield s
     s.stop()
 
@@ -269,6 +271,53 @@ def test_bad_input_is_an_openai_error_and_runs_nothing(served: Served, upstream:
     )
     assert raw.status_code == 400 and set(raw.json()["error"]) == {"message", "type", "param", "code"}
     assert upstream.server.requests == before_calls and len(served.runs()) == before_runs
+
+
+def test_deadline_is_a_504_with_the_fallback(served: Served) -> None:
+    """A protocol file given to the server (moot:hasty, 0.5 s) against 1 s calls: past its deadline."""
+    assert "moot:hasty" in {m.id for m in served.client().models.list()}
+    raw = httpx.post(
+        f"{served.url}/chat/completions",
+        json={"model": "moot:hasty", "messages": [{"role": "user", "content": "Too slow? LONGLOAD"}]},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=30,
+    )
+    assert raw.status_code == 504, raw.text
+    body = raw.json()
+    assert body["error"]["type"] == "timeout" and "deadline" in body["error"]["message"]
+    assert body["moot"]["fallback"].startswith("timeout") and body["moot"]["run_id"]
+    assert _finished(served, body["moot"]["run_id"]).status == "fell_back"
+
+
+def test_cli_refuses_bad_options(tmp_path: Path) -> None:
+    from moot.cli import main
+
+    assert main(["serve", "--host", "0.0.0.0", "--store", str(tmp_path / "r.db")]) == 2  # no --token
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rounds: [\n", encoding="utf-8")
+    assert main(["serve", "--protocol", str(bad), "--store", str(tmp_path / "r.db")]) == 2
+    assert main(["serve", "--model", "nosuchprovider:x", "--store", str(tmp_path / "r.db")]) == 2
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_served_names() -> None:
+    from moot.errors import UsageError
+    from moot.serve.service import check_caller_spec, parse_served_name
+
+    assert parse_served_name("moot:answer") == ("answer", None)
+    # The first @ only: the rest is the model spec, whole (its own parser judges it).
+    assert parse_served_name("moot:adversarial@openai:gpt-4o-mini@x") == (
+        "adversarial",
+        "openai:gpt-4o-mini@x",
+    )
+    for bad in ("gpt-4o", "moot:", "moot:answer@", "moot:@openai:x"):
+        with pytest.raises(UsageError):
+            parse_served_name(bad)
+    check_caller_spec("openai:gpt-4o-mini")
+    check_caller_spec("local")
+    for bad in ("openai:m?api_key_env=HOME&base_url=http://evil/v1", "local:/etc/passwd"):
+        with pytest.raises(UsageError):
+            check_caller_spec(bad)
 
 
 def test_disconnect_mid_stream_cancels_the_debate(served: Served) -> None:
