@@ -350,6 +350,25 @@ def test_disconnect_mid_stream_cancels_the_debate(served: Served) -> None:
     assert health["in_flight"] == 0 and health["admitted"] == 0  # no task left running
 
 
+def test_disconnect_while_waiting_for_a_completion_cancels_the_debate(served: Served) -> None:
+    body = {"model": "moot:answer", "messages": [{"role": "user", "content": "Patience? SLOW"}]}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up after 0.5 s and closes the connection
+        httpx.post(
+            f"{served.url}/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=0.5,
+        )
+    left = time.monotonic()
+    while True:
+        runs = [r for r in served.runs() if r.title == "Patience? SLOW"]
+        if runs and runs[0].status != "running":
+            break
+        assert time.monotonic() - left < 1.0, "not cancelled within a second"
+        time.sleep(0.02)
+    assert runs[0].status == "interrupted"
+
+
 # -- load, queue, SIGTERM -----------------------------------------------------------------------------
 async def _fire(
     url: str, n: int, tag: str, timeout_s: float = 30, load: str = "LOAD"

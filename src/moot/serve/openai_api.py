@@ -438,9 +438,12 @@ async def _chat(service: DebateService, request: Request, max_body_bytes: int) -
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     try:
-        outcome = await service.run_debate(
-            debate, topic, context=context, record=record, reservation=reservation
+        outcome = await _unless_gone(
+            request,
+            service.run_debate(debate, topic, context=context, record=record, reservation=reservation),
         )
+        if outcome is None:  # the client went away: its debate is cancelled and recorded interrupted
+            return Response(status_code=499)
     except asyncio.CancelledError:
         if not service.draining:
             raise  # the client went away: nobody to answer
@@ -460,6 +463,33 @@ async def _chat(service: DebateService, request: Request, max_body_bytes: int) -
         raise ApiError(400, error_text(exc)) from None
     _check_answer(service, outcome)
     return JSONResponse(_completion(req.model, ident, outcome, service))
+
+
+async def _unless_gone(request: Request, work: Coroutine[Any, Any, DebateOutcome]) -> DebateOutcome | None:
+    """``work``'s outcome, or None when the client disconnected first (then ``work`` is cancelled, awaited).
+
+    The body is read, so the next ASGI message is the disconnect: a request that waits for a
+    debate notices at once that nobody waits for it any more.
+    """
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # a cancellation (the shutdown) lands here too: the debate ends before the answer
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(watch, task, return_exceptions=True)
+    if task.cancelled():
+        if watch.done() and not watch.cancelled():
+            return None
+        raise asyncio.CancelledError
+    return task.result()
 
 
 async def _stream(
