@@ -191,10 +191,17 @@ def main() -> None:
     parser.add_argument("--upstream-latency", type=float, default=0.2)
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--max-debates", type=int, default=100)
+    parser.add_argument("--only", choices=["latency", "throughput"], help="measure one figure only")
     args = parser.parse_args()
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    lat = asyncio.run(added_latency(args.latency_runs, args.upstream_latency))
-    rps, n, codes = asyncio.run(throughput(args.requests, args.max_debates))
+    lat = (
+        []
+        if args.only == "throughput"
+        else asyncio.run(added_latency(args.latency_runs, args.upstream_latency))
+    )
+    rps, n, codes = (
+        (0.0, 0, {}) if args.only == "latency" else asyncio.run(throughput(args.requests, args.max_debates))
+    )
     load_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     ms = sorted(x * 1000 for x in lat)
     p90 = ms[min(len(ms) - 1, int(0.9 * len(ms)))] if ms else float("nan")
@@ -204,16 +211,19 @@ def main() -> None:
     print()
     print("| figure | value |")
     print("|---|---|")
-    print(
-        f"| added latency, upstream's first reply -> first reasoning_content chunk "
-        f"({len(ms)} streamed debates, {args.upstream_latency:g} s upstream) | "
-        f"median {statistics.median(ms):.1f} ms, "
-        f"p90 {p90:.1f} ms, max {max(ms):.1f} ms |"
-    )
-    print(
-        f"| non-streaming moot:answer (5 calls each), {n} requests, --max-debates {args.max_debates}, "
-        f"upstream without latency | {rps:.1f} requests/s ({5 * rps:.0f} model calls/s); statuses {codes} |"
-    )
+    if ms:
+        print(
+            f"| added latency, upstream's first reply -> first reasoning_content chunk "
+            f"({len(ms)} streamed debates, {args.upstream_latency:g} s upstream) | "
+            f"median {statistics.median(ms):.1f} ms, "
+            f"p90 {p90:.1f} ms, max {max(ms):.1f} ms |"
+        )
+    if n:
+        print(
+            f"| non-streaming moot:answer (5 calls each), {n} requests, --max-debates {args.max_debates}, "
+            f"upstream without latency | {rps:.1f} requests/s ({5 * rps:.0f} model calls/s); "
+            f"statuses {codes} |"
+        )
 
 
 if __name__ == "__main__":

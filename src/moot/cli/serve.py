@@ -17,6 +17,7 @@ import moot.redact as redact
 
 from ..errors import MissingDependencyError, UsageError
 from ..runs import default_store_path
+from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._store_options import StoreOption
 from .view import MIN_TOKEN, check_token
 
@@ -128,9 +129,11 @@ def register(app: typer.Typer) -> None:
             ),
         ] = 30.0,
         no_mcp: Annotated[bool, typer.Option("--no-mcp", help="Do not serve MCP at /mcp.")] = False,
+        model_concurrency: ModelConcurrencyOption = None,
     ) -> None:
         """Serve debates as an OpenAI-compatible API (model moot:PRESET[@SPEC]) and MCP at /mcp."""
         check_token(host, token)
+        apply_model_concurrency(model_concurrency)
         try:
             import uvicorn
         except ModuleNotFoundError:
@@ -185,8 +188,10 @@ def register(app: typer.Typer) -> None:
         model: ModelOption = None,
         max_debates: MaxDebatesOption = 4,
         protocol: ProtocolOption = None,
+        model_concurrency: ModelConcurrencyOption = None,
     ) -> None:
         """Serve moot's MCP tools (debate, arbitrate, absa) over stdio, for desktop and coding agents."""
+        apply_model_concurrency(model_concurrency)
         try:
             import anyio
 
