@@ -32,6 +32,7 @@ pytest.importorskip("mcp")
 pytest.importorskip("fastapi")
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+INPUTS = Path(__file__).resolve().parents[1] / "examples" / "inputs"
 TOKEN = "t0ken-for-the-serve-tests-0123456789"
 PROMPT_TOKENS = 10  # FaultServer's usage: 10 prompt tokens, one completion token per word
 
@@ -463,8 +464,19 @@ def test_mcp_over_streamable_http(served: Served) -> None:
             async with streamable_http_client(url, http_client=http) as streams:
                 async with ClientSession(streams[0], streams[1]) as session:
                     await _mcp_session_checks(session)
+                    reports = json.loads((INPUTS / "reports.json").read_text(encoding="utf-8"))
+                    ruled = await session.call_tool("arbitrate", {"reports": reports})
+                    assert not ruled.is_error, ruled.content
+                    assert ruled.structured_content["run_id"] and "contradiction" in ruled.content[0].text
+                    bad = await session.call_tool("arbitrate", {"reports": [{"no": "agent"}]})
+                    assert bad.is_error and "invalid report" in bad.content[0].text
+                    sentiment = await session.call_tool("absa", {"sentence": "The pasta was great."})
+                    assert not sentiment.is_error, sentiment.content
+                    assert sentiment.structured_content["label"] and sentiment.structured_content["run_id"]
 
     asyncio.run(main())
+    kinds = {r.kind for r in served.runs() if r.config.get("tool") in ("arbitrate", "absa")}
+    assert kinds == {"arbitrate", "absa"}
     runs = [r for r in served.runs() if r.title == "Is MCP useful? MARK-mcp"]
     assert len(runs) == 1 and runs[0].config["door"] == "serve" and runs[0].config["tool"] == "debate"
 
