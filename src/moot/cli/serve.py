@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import secrets
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,7 +20,7 @@ from ..errors import MissingDependencyError, UsageError
 from ..runs import default_store_path
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._store_options import StoreOption
-from .view import MIN_TOKEN, check_token
+from .view import LOOPBACK, MIN_TOKEN
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..serve import ServeSettings
@@ -55,6 +56,24 @@ ProtocolOption = Annotated[
         dir_okay=False,
     ),
 ]
+
+
+def check_token(host: str, token: str | None) -> None:
+    """Refuse a short token, and a non-loopback ``host`` without one (anyone could spend your model keys).
+
+    Raises:
+        UsageError: which, with a token to use.
+    """
+    if token is not None and len(token) < MIN_TOKEN:
+        raise UsageError(
+            f"--token must be at least {MIN_TOKEN} characters (got {len(token)}); "
+            f"for example --token {secrets.token_urlsafe(24)}"
+        )
+    if host not in LOOPBACK and not token:
+        raise UsageError(
+            f"--host {host} would let the network run debates on your model keys: give --token "
+            f"(or set MOOT_SERVE_TOKEN), e.g. --token {secrets.token_urlsafe(24)}"
+        )
 
 
 def _protocols(files: list[Path] | None) -> dict[str, Path]:
