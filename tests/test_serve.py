@@ -257,6 +257,8 @@ def test_bad_input_is_an_openai_error_and_runs_nothing(served: Served, upstream:
         client.chat.completions.create(
             model="moot:answer", messages=[{"role": "user", "content": "x" * 1_100_000}]
         )
+    with pytest.raises(openai.BadRequestError, match="n: Input should be less than or equal to 1"):
+        client.chat.completions.create(model="moot:answer", messages=msgs, n=2)
     with pytest.raises(openai.BadRequestError, match="temperature"):
         client.chat.completions.create(model="moot:answer", messages=msgs, temperature="hot")  # type: ignore[arg-type]
     with pytest.raises(openai.AuthenticationError, match="a wrong token"):

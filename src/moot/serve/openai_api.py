@@ -122,6 +122,8 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1)
     seed: int | None = None
     user: str | None = Field(None, max_length=256)
+    n: int | None = Field(None, ge=1, le=1)
+    """A debate gives one answer: ``n`` above 1 is a 400, not a silent single choice."""
 
 
 def split_messages(messages: list[ChatMessage]) -> tuple[str, list[dict[str, str]] | None]:
