@@ -431,6 +431,33 @@ def test_sigterm_during_load_records_the_runs_in_flight(upstream: Upstream, tmp_
     assert {r.status for r in runs} == {"interrupted"}  # none left "running"
 
 
+def test_sigterm_with_grace_finishes_the_debates_in_flight(upstream: Upstream, tmp_path: Path) -> None:
+    # Debates of ~1 s (0.3 s a call); SIGTERM 0.5 s in; 20 s of grace: they finish and answer.
+    s = start_serve(tmp_path, upstream, "--max-debates", "5", "--queue", "3", "--shutdown-timeout", "20")
+    try:
+
+        async def scenario() -> list[tuple[int, dict[str, Any], str]]:
+            fire = asyncio.create_task(_fire(s.url, 12, "load-c"))
+            await asyncio.sleep(0.5)
+            s.proc.send_signal(signal.SIGTERM)
+            return await fire
+
+        answers = asyncio.run(scenario())
+        assert s.proc.wait(20) in (-signal.SIGTERM, 0)
+    finally:
+        s.stop()
+    codes = [a[0] for a in answers]
+    assert set(codes) <= {200, 429, 503, 504}, codes
+    answered = {body["moot"]["run_id"] for code, body, _ in answers if code in (200, 504)}
+    assert len(answered) >= 5  # the ones running at SIGTERM finished and were answered
+    for code, body, retry in answers:
+        if code == 503:  # queued at SIGTERM: not started, told to come back
+            assert body["error"]["code"] == "shutting_down" and retry
+    runs = [r for r in s.runs() if r.title.startswith("load-c ")]
+    assert sorted(r.id for r in runs) == sorted(answered)  # each recorded once; nothing left running
+    assert {r.status for r in runs} <= {"complete", "fell_back"}
+
+
 # -- MCP -------------------------------------------------------------------------------------------
 async def _mcp_session_checks(session: Any) -> None:
     await session.initialize()
