@@ -31,7 +31,7 @@ ModelOption = Annotated[
     str | None,
     typer.Option(
         "--model",
-        help="The model spec a served name without @SPEC runs on, e.g. openai:gpt-4o-mini [default: local].",
+        help="The model spec a served name without @SPEC runs on, e.g. openai:gpt-4o-mini (default: local).",
     ),
 ]
 MaxDebatesOption = Annotated[
@@ -43,7 +43,7 @@ QueueOption = Annotated[
         "--queue",
         min=0,
         max=100_000,
-        help="Requests waiting for a slot beyond --max-debates (more get 429) [default: --max-debates].",
+        help="Requests waiting for a slot beyond --max-debates (more get 429; default: as many).",
         show_default=False,
     ),
 ]
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
         no_mcp: Annotated[bool, typer.Option("--no-mcp", help="Do not serve MCP at /mcp.")] = False,
         model_concurrency: ModelConcurrencyOption = None,
     ) -> None:
-        """Serve debates as an OpenAI-compatible API (model moot:PRESET[@SPEC]) and MCP at /mcp."""
+        """Serve debates as an OpenAI-compatible API (model: moot:PRESET or moot:PRESET@SPEC), MCP at /mcp."""
         check_token(host, token)
         apply_model_concurrency(model_concurrency)
         try:
