@@ -343,9 +343,12 @@ def create_app(
             else:
                 yield
         finally:
-            if started is not None and not started.done():
-                started.cancel()
             await service.aclose(grace_s=shutdown_grace_s)
+            if started is not None:  # awaited: an error of the start-up task is not lost
+                started.cancel()
+                for outcome in await asyncio.gather(started, return_exceptions=True):
+                    if isinstance(outcome, Exception):
+                        raise outcome
 
     app = FastAPI(
         title="moot serve",
