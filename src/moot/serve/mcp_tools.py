@@ -11,6 +11,7 @@ a client that sent a progress token gets one progress notification per finished 
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -36,6 +37,10 @@ def _short(text: str | None) -> str:
 
 def build_mcp(service: DebateService) -> MCPServer[Any]:
     """The MCP server whose tools run on ``service``."""
+    # MCPServer calls logging.basicConfig: a handler on the root logger, which would print every
+    # warning of the "moot" logger a second time (and past --quiet). The root is left as it was.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     server: MCPServer[Any] = MCPServer(
         "moot",
         version=__version__,
@@ -44,6 +49,9 @@ def build_mcp(service: DebateService) -> MCPServer[Any]:
         "`absa` finds the sentiment of each aspect of a sentence.",
         log_level="WARNING",
     )
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+    root.setLevel(level)
 
     @server.tool(
         description="Debate a question among personas (a preset such as answer, adversarial, panel) and "
