@@ -531,3 +531,15 @@ def test_mcp_over_stdio(upstream: Upstream, tmp_path: Path) -> None:
     with RunStore(store) as opened:
         runs = opened.list()
     assert len(runs) == 1 and runs[0].config["door"] == "mcp" and runs[0].status == "complete"
+
+
+def test_building_the_mcp_server_leaves_the_root_logger_alone(tmp_path: Path) -> None:
+    import logging
+
+    from moot.serve import DebateService, ServeSettings
+    from moot.serve.mcp_tools import build_mcp
+
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    build_mcp(DebateService(ServeSettings(store=tmp_path / "runs.db")))
+    assert (list(root.handlers), root.level) == before  # moot's warnings are said once (moot.cli._warnings)
