@@ -167,7 +167,8 @@ def main() -> None:
     for label in ("sequential", f"concurrent_{args.concurrency}"):
         r = out[label]
         print(
-            f"{label:>16}: per call, wall/CPU us: baseline {r['baseline_wall_us']:.0f}/{r['baseline_cpu_us']:.0f}"
+            f"{label:>16}: per call, wall/CPU us: "
+            f"baseline {r['baseline_wall_us']:.0f}/{r['baseline_cpu_us']:.0f}"
             f" · miss +{r['miss_overhead_wall_us']:.0f}/+{r['miss_overhead_cpu_us']:.0f}"
             f" · hit +{r['hit_overhead_wall_us']:.0f}/+{r['hit_overhead_cpu_us']:.0f}",
             file=sys.stderr,
