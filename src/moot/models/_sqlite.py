@@ -137,7 +137,7 @@ class DbThread:
                 if isinstance(target, Future):
                     if target.set_running_or_notify_cancel():
                         target.set_result(value) if ok else target.set_exception(cast(BaseException, value))
-                elif target is not None:
+                else:
                     loop, afut = cast("tuple[asyncio.AbstractEventLoop, asyncio.Future[object]]", target)
                     woken.setdefault(loop, []).append((afut, ok, value))
             for loop, results in woken.items():
@@ -186,13 +186,6 @@ class DbThread:
                     thread.start()
                     self._thread = thread
         self._queue.put(job)
-
-    def post(self, fn: Callable[[sqlite3.Connection], object]) -> None:
-        """Run ``fn(connection)`` on the thread without waiting for it (in order with every other call).
-
-        ``fn`` must report its own failures: nobody receives its result or its exception.
-        """
-        self._put((fn, None))
 
     def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(connection)`` on the thread, waited for (from any thread but this one's own)."""

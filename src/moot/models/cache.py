@@ -30,7 +30,6 @@ be read is a miss (counted in ``unreadable``, said once on stderr), never an err
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
 import sqlite3
@@ -169,7 +168,6 @@ class ResponseCache:
         except BaseException:
             self._db.close()
             raise
-        atexit.register(self._db.close)  # replies given to the thread are stored before the process ends
 
     def _connect(self) -> sqlite3.Connection:
         """The cache thread's connection: the file checked, made a cache if new, in WAL mode."""
@@ -258,7 +256,6 @@ class ResponseCache:
     def close(self) -> None:
         """Finish what was given to the cache's thread, close the file and end the thread."""
         self._db.close()
-        atexit.unregister(self._db.close)
 
     # -- reads and writes, on the cache's thread -------------------------------------------------
     def _get(self, conn: sqlite3.Connection, key: str) -> ModelResponse | None:
@@ -313,14 +310,14 @@ class ResponseCache:
         blob = response.model_dump_json().encode()
         self._db.call(lambda conn: self._put(conn, key, model, blob))
 
-    def post(self, key: str, model: str, response: ModelResponse) -> None:
-        """:meth:`put` without waiting: stored by the cache's thread in order (a later read sees it).
+    async def aput(self, key: str, model: str, response: ModelResponse) -> None:
+        """:meth:`put`, awaited on the cache's thread (the event loop goes on meanwhile).
 
-        A failure is said once on stderr (``unwritten`` counts them); :meth:`close`, also called
-        at exit, waits until every reply given is stored.
+        Stored when it returns (another cache object or process sees it); a failure is said once
+        on stderr (``unwritten`` counts them), never raised: the reply is the caller's either way.
         """
         blob = response.model_dump_json().encode()
-        self._db.post(lambda conn: self._put(conn, key, model, blob))
+        await self._db.acall(lambda conn: self._put(conn, key, model, blob))
 
     def stats(self) -> CacheStats:
         """Entries, bytes on disk, the oldest and newest entry, entries per model."""
@@ -451,7 +448,7 @@ class CachedModel(Model):
         response = await self.inner.request(request)
         # A reply cut at max_tokens is not what the model would say: never served again.
         if response.finish_reason != "length" and all(s.finish_reason != "length" for s in response.samples):
-            self.cache.post(key, self.name, response)  # stored by the cache's thread; nothing to wait for
+            await self.cache.aput(key, self.name, response)
         return response
 
 

@@ -263,9 +263,11 @@ class RunRecord(BaseModel):
     damage: str | None = None
     """What of the stored row cannot be read (a field that is not JSON), or None: such a run is
     listed (its unreadable fields empty) but not shown, exported or replayed."""
-    integrity: Integrity | None = None
-    """Whether the config and result are what was recorded (read by :meth:`RunStore.get`; None in lists)."""
-    edited: list[str] = Field(default_factory=list)
+    integrity: Integrity | None = Field(default=None, exclude=True)
+    """Whether the config and result are what was recorded (read by :meth:`RunStore.get`; None in
+    lists, which read no result). Not in the record's JSON, so that a list's rows and a shown run
+    agree; ``moot runs show`` prints it, and a replay checks it."""
+    edited: list[str] = Field(default_factory=list, exclude=True)
     """The parts that changed after they were recorded (``config``, ``result``), when ``edited``."""
 
     @property
