@@ -224,3 +224,22 @@ def test_a_record_without_digests_replays_with_a_warning(
     assert json.loads(captured.out)["final_answer"] == "x"
     warned = [line for line in captured.err.splitlines() if "cannot be checked" in line]
     assert len(warned) == 1 and run_id[:8] in warned[0]
+
+
+def test_the_python_door_refuses_an_edited_record_unless_trusted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from moot import Debate
+    from moot.errors import UsageError
+    from moot.models.testing import ReplayModel
+    from moot.runs import RunStore
+
+    store_path = tmp_path / "runs.db"
+    run_id = _debate(store_path, capsys)[1]
+    _sql(store_path, "UPDATE runs SET config = json_set(config, '$.topic', 'edited') WHERE id = ?", run_id)
+    with RunStore(store_path) as store:
+        with pytest.raises(UsageError, match=f"run {run_id[:8]} was edited .*its config"):
+            ReplayModel.from_run(store, run_id)
+        replay = ReplayModel.from_run(store, run_id, trust_edited=True)
+    assert Debate("answer", model=replay).run_sync(TOPIC).final_answer == "x"
+    assert "using it as it is now" in capsys.readouterr().err

@@ -2,23 +2,20 @@
 
 ``moot run --from RUN_ID`` re-runs a debate, ``moot absa --from RUN_ID`` an ABSA run.
 
-A record is checked before it is used (:func:`check_record`): one that cannot be read, or that
-was edited after it was written (its digests no longer match, see :mod:`moot.runs.store`), is
-refused naming what changed, unless the caller trusts edited records (``--trust-edited``): then
-one line on stderr says so and :func:`trusted_edit` gives what the new run records about it. A
-record written before moot kept digests is used with one line saying it cannot be checked.
+A record is checked before it is used (:func:`moot.runs.integrity.check_record`): one that
+cannot be read, or that was edited after it was written, is refused naming what changed, unless
+the caller trusts edited records (``--trust-edited``).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..runs import RunRecord, StoredItem, open_store
+from ..runs import RunRecord, open_store
+from ..runs.integrity import check_record, trusted_edit
 
 __all__ = [
     "RecordedAbsa",
@@ -30,71 +27,11 @@ __all__ = [
     "trusted_edit",
 ]
 
-_trusted: dict[str, dict[str, Any]] = {}  # full run id -> what the new run records about the edit
-_said: set[str] = set()  # run ids whose warning was printed in this process
-
-
-def _say_once(run_id: str, line: str) -> None:
-    if run_id not in _said:
-        _said.add(run_id)
-        print(f"moot: warning: {line}", file=sys.stderr)
-
-
-def check_record(record: RunRecord, *, trust_edited: bool = False, items: Sequence[StoredItem] = ()) -> None:
-    """Refuse a record that is damaged or was edited after it was written (see the module docstring).
-
-    Args:
-        record: the run, as :meth:`~moot.runs.RunStore.get` read it (with its integrity).
-        trust_edited: use an edited record all the same (said on stderr, and recorded by the new run).
-        items: the run's items the caller will use (an ABSA batch's sentences), checked too.
-
-    Raises:
-        UsageError: the record is damaged, or edited and not trusted (naming the parts that changed).
-    """
-    short = record.id[:8]
-    if record.damage is not None:
-        raise UsageError(f"{record.damage}: it cannot be re-run or replayed")
-    edited = list(record.edited) + [
-        f"item {i.item!r}" + (f" ({i.part})" if i.part else "") for i in items if i.integrity == "edited"
-    ]
-    if edited:
-        what = ", ".join(edited)
-        if not trust_edited:
-            raise UsageError(
-                f"run {short} was edited after it was recorded (its {what} no longer match what was "
-                "written): refusing to re-run or replay it; --trust-edited uses it as it is now"
-            )
-        _trusted[record.id] = {"run": record.id, "edited": edited}
-        _say_once(
-            record.id,
-            f"run {short} was edited after it was recorded ({what}); using it as it is now "
-            "(--trust-edited): the new run records that it replayed an edited record",
-        )
-    elif record.integrity == "unsealed" or any(i.integrity == "unsealed" for i in items):
-        _say_once(
-            record.id,
-            f"run {short} was recorded before moot kept digests of its records: "
-            "whether it was edited since cannot be checked",
-        )
-
-
-def trusted_edit(run_id: str) -> dict[str, Any]:
-    """What the new run's config records about ``run_id`` (a prefix) as ``--trust-edited`` used it.
-
-    ``{"edited_record": {"run": ID, "edited": [parts]}}`` when it was an edited record used in this
-    process, else ``{}``.
-    """
-    key = run_id.strip().lower()
-    for full, note in _trusted.items():
-        if full.startswith(key):
-            return {"edited_record": note}
-    return {}
-
 
 def stored_run(run_id: str, store: Path | None, *, trust_edited: bool = False) -> RunRecord:
     """The stored run ``run_id`` (any unique prefix) of the store ``--store`` names, with its result.
 
-    The record is checked first (:func:`check_record`).
+    The record is checked first (:meth:`~moot.runs.RunStore.replayable`).
 
     Raises:
         UsageError: no such run, an ambiguous prefix, a damaged record, or an edited one not trusted.
@@ -102,9 +39,7 @@ def stored_run(run_id: str, store: Path | None, *, trust_edited: bool = False) -
     opened = open_store(store)
     assert opened is not None
     with opened:
-        record = opened.get(opened.resolve_id(run_id))
-    check_record(record, trust_edited=trust_edited)
-    return record
+        return opened.replayable(run_id, trust_edited=trust_edited)
 
 
 def recorded_debate(run_id: str, store: Path | None, *, trust_edited: bool = False) -> dict[str, Any]:
@@ -173,11 +108,7 @@ def recorded_absa(run_id: str, store: Path | None, *, trust_edited: bool = False
     opened = open_store(store)
     assert opened is not None
     with opened:
-        record = opened.get(opened.resolve_id(run_id))
-        if record.kind == "absa" and record.config.get("batch") and record.damage is None:
-            check_record(record, trust_edited=trust_edited, items=list(opened.iter_items(record.id)))
-        else:
-            check_record(record, trust_edited=trust_edited)
+        record = opened.replayable(run_id, trust_edited=trust_edited)
         if record.kind != "absa":
             raise UsageError(
                 f"run {record.id[:8]} is a {record.kind!r} run, not an ABSA run: "

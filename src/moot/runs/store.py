@@ -64,6 +64,7 @@ from .._ids import new_id
 from ..errors import UsageError
 from ..models._sqlite import BUSY_TIMEOUT_S, DbThread, retry_locked, set_wal
 from ..models.base import Usage
+from .integrity import check_record
 from .schema import MIGRATIONS, SCHEMA_VERSION, Integrity, RunRecord, RunStatus, StoredEvent, StoredItem
 
 __all__ = [
@@ -666,6 +667,22 @@ class RunStore:
             f"SELECT {self._columns}, result{digests} FROM runs WHERE id = ?", (full,)
         ).fetchone()
         return self._record(row, True)
+
+    def replayable(self, run_id: str, *, trust_edited: bool = False) -> RunRecord:
+        """One run with its result, checked before a replay or a re-run uses it.
+
+        An ABSA batch's items are checked too (:func:`moot.runs.integrity.check_record`).
+
+        Raises:
+            UsageError: no such run, an ambiguous prefix, a damaged record, or one edited after it
+                was recorded (unless ``trust_edited``), naming what changed.
+        """
+        record = self.get(run_id)
+        items: builtins.list[StoredItem] = []
+        if record.damage is None and record.kind == "absa" and record.config.get("batch"):
+            items = builtins.list(self.iter_items(record.id))
+        check_record(record, trust_edited=trust_edited, items=items)
+        return record
 
     def _where(
         self, kind: str | None, status: str | None, model: str | None, search: str | None
