@@ -52,8 +52,9 @@ def check_record(record: RunRecord, *, trust_edited: bool = False, items: Sequen
         what = ", ".join(edited)
         if not trust_edited:
             raise UsageError(
-                f"run {short} was edited after it was recorded (its {what} no longer match what was "
-                "written): refusing to re-run or replay it; --trust-edited uses it as it is now"
+                f"run {short} was edited after it was recorded (its {what} "
+                f"{'differs' if len(edited) == 1 else 'differ'} from what was written): refusing to "
+                "re-run or replay it; --trust-edited uses it as it is now"
             )
         _trusted[record.id] = {"run": record.id, "edited": edited}
         _say_once(
