@@ -126,3 +126,33 @@ def test_store_commits_never_block_the_loop_and_keep_the_order(tmp_path: Path) -
     store.close()
     with RunStore(tmp_path / "runs.db") as again:
         assert again.counts(run_id) == (200, 0)
+
+
+def test_cache_and_store_threads_end_when_closed_or_dropped(tmp_path: Path) -> None:
+    import gc
+
+    from moot.models.cache import cache_scope
+
+    with cache_scope(tmp_path / "scoped.db") as scoped:  # a door's cache=PATH: opened and closed by it
+        assert scoped is not None and scoped.get("k") is None
+        thread = scoped._db.thread
+    assert thread is not None
+    thread.join(5)
+    assert not thread.is_alive()
+    dropped = ResponseCache(tmp_path / "dropped.db")  # never closed: collected, its thread ends
+    thread = dropped._db.thread
+    store = RunStore(tmp_path / "runs.db", background=True)
+    run_id = store.create_run("run")
+
+    async def write(target: RunStore) -> None:
+        target.append_event(run_id, 1, "x", "{}")
+        await asyncio.sleep(0.05)  # handed to the writer thread
+
+    asyncio.run(write(store))
+    writer = store._writer.thread if store._writer is not None else None
+    del dropped, store
+    gc.collect()
+    for t in (thread, writer):
+        assert t is not None
+        t.join(5)
+        assert not t.is_alive()

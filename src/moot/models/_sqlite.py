@@ -98,55 +98,67 @@ class DbThread:
             exception it raises is raised by that first call (and every later one).
 
     Calls run one at a time in the order given, so a write given before a read is seen by it.
-    The thread is a daemon so that a process never hangs on it at exit; :meth:`close` (which
-    the owners call, also from ``atexit``) waits for the calls given before it.
+    The thread is a daemon so that a process never hangs on it at exit; :meth:`close` waits for
+    the calls given before it. The thread holds no reference to its owner once connected, so an
+    owner dropped without closing can be collected (the owners close their thread then).
     """
 
     def __init__(self, name: str, connect: Callable[[], sqlite3.Connection]) -> None:
         self.name = name
-        self._connect = connect
+        self._connect: Callable[[], sqlite3.Connection] | None = connect
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False
 
     def _main(self) -> None:
-        conn: sqlite3.Connection | None = None
-        failure: BaseException | None = None
-        try:
-            conn = self._connect()
-        except BaseException as exc:  # raised by each call below, in the caller's thread
-            failure = exc
-        stop = False
-        while not stop:
-            # Every call waiting is run now, and each event loop is woken once for all of its
-            # results: 100 cache lookups given together cost one wake-up of the loop, not 100.
-            jobs = [self._queue.get()]
-            while True:
-                try:
-                    jobs.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            woken: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[object], bool, object]]] = {}
-            for job in jobs:
-                if job is _STOP:
-                    stop = True
-                    continue
-                fn, target = cast("tuple[Callable[[sqlite3.Connection | None], object], object]", job)
-                ok, value = self._run(fn, conn, failure)
-                if isinstance(target, Future):
-                    if target.set_running_or_notify_cancel():
-                        target.set_result(value) if ok else target.set_exception(cast(BaseException, value))
-                else:
-                    loop, afut = cast("tuple[asyncio.AbstractEventLoop, asyncio.Future[object]]", target)
-                    woken.setdefault(loop, []).append((afut, ok, value))
-            for loop, results in woken.items():
-                try:
-                    loop.call_soon_threadsafe(_deliver, results)
-                except RuntimeError:  # the loop was closed meanwhile: nobody awaits these any more
-                    pass
+        conn, failure = self._open()
+        while self._serve(conn, failure):
+            pass
         if conn is not None:
             conn.close()
+
+    def _open(self) -> tuple[sqlite3.Connection | None, BaseException | None]:
+        connect, self._connect = self._connect, None  # the thread keeps no reference to its owner
+        assert connect is not None
+        try:
+            return connect(), None
+        except BaseException as exc:  # raised by each call, in the caller's thread
+            return None, exc
+
+    def _serve(self, conn: sqlite3.Connection | None, failure: BaseException | None) -> bool:
+        """Run every call waiting (at least one); False once told to stop.
+
+        Each event loop is woken once for all of its results: 100 cache lookups given together
+        cost one wake-up of the loop, not 100. (A method of its own, so that nothing of the calls
+        it ran stays referenced while the thread waits for the next ones.)
+        """
+        jobs = [self._queue.get()]
+        while True:
+            try:
+                jobs.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        going = True
+        woken: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[object], bool, object]]] = {}
+        for job in jobs:
+            if job is _STOP:
+                going = False
+                continue
+            fn, target = cast("tuple[Callable[[sqlite3.Connection | None], object], object]", job)
+            ok, value = self._run(fn, conn, failure)
+            if isinstance(target, Future):
+                if target.set_running_or_notify_cancel():
+                    target.set_result(value) if ok else target.set_exception(cast(BaseException, value))
+            else:
+                loop, afut = cast("tuple[asyncio.AbstractEventLoop, asyncio.Future[object]]", target)
+                woken.setdefault(loop, []).append((afut, ok, value))
+        for loop, results in woken.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, results)
+            except RuntimeError:  # the loop was closed meanwhile: nobody awaits these any more
+                pass
+        return going
 
     @staticmethod
     def _run(

@@ -36,6 +36,7 @@ import sqlite3
 import sys
 import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -168,6 +169,7 @@ class ResponseCache:
         except BaseException:
             self._db.close()
             raise
+        weakref.finalize(self, self._db.close)  # a cache dropped unclosed ends its thread
 
     def _connect(self) -> sqlite3.Connection:
         """The cache thread's connection: the file checked, made a cache if new, in WAL mode."""
@@ -484,8 +486,13 @@ def cache_scope(cache: str | Path | ResponseCache | bool | None) -> Iterator[Res
     if cache is None:
         yield current_cache()
         return
-    with use_cache(open_cache(cache)) as opened:
-        yield opened
+    opened = open_cache(cache)
+    try:
+        with use_cache(opened):
+            yield opened
+    finally:
+        if opened is not None and opened is not cache:  # opened here from a path: closed here
+            opened.close()
 
 
 def activate_cache(cache: ResponseCache | None) -> None:

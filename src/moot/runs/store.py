@@ -54,6 +54,7 @@ import socket
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -277,6 +278,7 @@ class RunStore:
             return
         if self._writer is None:
             self._writer = DbThread(f"moot-store:{self.path.name}", self._writer_connection)
+            weakref.finalize(self, self._writer.close)  # a store dropped unclosed ends its thread
         try:
             handed = self._writer.submit(lambda conn: self._commit(batch, conn))
         except RuntimeError:  # the writer was closed (the process is ending): commit here
