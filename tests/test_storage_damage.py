@@ -243,3 +243,37 @@ def test_the_python_door_refuses_an_edited_record_unless_trusted(
         replay = ReplayModel.from_run(store, run_id, trust_edited=True)
     assert Debate("answer", model=replay).run_sync(TOPIC).final_answer == "x"
     assert "using it as it is now" in capsys.readouterr().err
+
+
+def test_an_edited_absa_batch_sentence_is_refused_unless_trusted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "runs.db"
+    given = tmp_path / "in.jsonl"
+    given.write_text(
+        '{"id": "s1", "sentence": "The battery is great."}\n{"id": "s2", "sentence": "The screen is dim."}\n'
+    )
+    args = ["--store", str(store)]
+    assert (
+        main(
+            ["absa", "--input", str(given), "--output", str(tmp_path / "o1.jsonl"), "--model", "test", *args]
+        )
+        == 0
+    )
+    with sqlite3.connect(store) as conn:
+        run_id = conn.execute("SELECT id FROM runs").fetchone()[0]
+    _sql(store, "UPDATE items SET data = json_set(data, '$.result.sentence', 'edited') WHERE item = 's2'")
+    capsys.readouterr()
+    refused = tmp_path / "o2.jsonl"
+    assert main(["absa", "--from", run_id, "--replay", "--output", str(refused), *args]) == 2
+    errors = _errors(capsys.readouterr().err)
+    assert len(errors) == 1 and f"run {run_id[:8]} was edited" in errors[0] and "item 's2'" in errors[0]
+    assert not refused.exists()
+    trusted = tmp_path / "o3.jsonl"
+    assert (
+        main(["absa", "--from", run_id, "--replay", "--trust-edited", "--output", str(trusted), *args]) == 0
+    )
+    assert "replayed an edited record" in capsys.readouterr().err
+    with sqlite3.connect(store) as conn:
+        config = json.loads(conn.execute("SELECT config FROM runs ORDER BY rowid DESC LIMIT 1").fetchone()[0])
+    assert config["edited_record"] == {"run": run_id, "edited": ["item 's2'"]}
