@@ -346,10 +346,14 @@ class RunStore:
         """
         if self._pending:
             self._drain()
-        while self._handed:
-            self._handed.pop(0).exception()  # waits; an error is kept by _batch_done
+        self._wait_handed()
         if self._write_error is not None:
             raise self._write_error
+
+    def _wait_handed(self) -> None:
+        """Wait until the writer thread committed every batch handed to it (errors: kept, not raised)."""
+        while self._handed:
+            self._handed.pop(0).exception()
 
     def _write(self, sql: str, params: Sequence[Any]) -> None:
         if not self._deferred:
@@ -362,6 +366,7 @@ class RunStore:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop in this thread: nothing to gather with, commit now
             self._drain()
+            self._wait_handed()  # committed when the call returns, as without a writer thread
             return
         if self._scheduled_on is not loop:  # (a loop that ended before its drain ran counts as none)
             self._scheduled_on = loop
