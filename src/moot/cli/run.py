@@ -18,7 +18,7 @@ import moot.cli._exit as _exit
 
 from ..app import store_spec
 from ..app.recorder import recorded_ids
-from ..app.rerun import recorded_debate, recorded_endpoints, stored_run
+from ..app.rerun import recorded_debate, recorded_endpoints, stored_run, trusted_edit
 from ..debate_run import unreachable_error
 from ..engine import Debate
 from ..errors import UsageError
@@ -40,7 +40,7 @@ from ._io import (
 )
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._safe import clean, markup
-from ._store_options import NoStoreOption, StoreOption
+from ._store_options import NoStoreOption, StoreOption, TrustEditedOption
 from .dry_run import first_round_calls, format_calls
 from .run_batch import read_topics, run_batch
 
@@ -237,7 +237,7 @@ def _replayers(
     model; without, a persona the user gave a model (``--role-model``) plays live and the rest
     replay the record in full.
     """
-    record = stored_run(run_id, store)
+    record = stored_run(run_id, store, trust_edited=True)  # checked (and trusted or not) by --from already
     out: dict[str, str | Model] = {}
     for key in players.protocol.personas:
         live = players.model_for(key)
@@ -416,6 +416,7 @@ def register(app: typer.Typer) -> None:
                 "(with --model / --role-model, or the recorded models).",
             ),
         ] = None,
+        trust_edited: TrustEditedOption = False,
     ) -> int:
         """Run one debate and show it live (or print the result as JSON), or a batch with --input.
 
@@ -446,7 +447,7 @@ def register(app: typer.Typer) -> None:
                 store=store,
                 use_store=not no_store,
             )
-        recorded = recorded_debate(from_run, store) if from_run else {}
+        recorded = recorded_debate(from_run, store, trust_edited=trust_edited) if from_run else {}
         overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
         spec: str | Path | dict[str, Any] = protocol or (config if config is not None else "answer")
         if recorded and protocol is None and config is None:
@@ -473,6 +474,7 @@ def register(app: typer.Typer) -> None:
         extra: dict[str, Any] = {}  # what the record adds to the debate's own config
         if from_run:
             extra["from_run"] = from_run
+            extra |= trusted_edit(from_run)  # an edited record replayed under --trust-edited says so
         if replayed is not None:
             extra["replay"] = replayed
         console = make_console(stderr=as_json)

@@ -115,7 +115,7 @@ def list_cmd(
             r.kind,
             markup(title),
             markup(r.model),
-            r.status,
+            r.status if r.damage is None else f"[red]{r.status} · damaged[/]",
             str(r.usage.calls),
             str(r.usage.total_tokens),
             _wall(r),
@@ -124,6 +124,9 @@ def list_cmd(
     console = _console()
     print_table(console, table, drop=("score", "wall", "tokens", "started", "kind"))
     console.print(_showing(offset, len(runs), total, limit), markup=False, highlight=False)
+    for r in runs:  # what is damaged, named (the rest of the list is as stored)
+        if r.damage is not None:
+            console.print(clean(r.damage), style="red", markup=False, highlight=False, soft_wrap=True)
 
 
 def _showing(offset: int, shown: int, total: int, limit: int) -> str:
@@ -220,6 +223,11 @@ def _header(record: RunRecord, console: Console) -> None:
     )
     if record.error:
         console.print(f"[yellow]{markup(record.error)}[/]")
+    if record.integrity == "edited":
+        console.print(f"[yellow]edited after it was recorded: {markup(', '.join(record.edited))}[/]")
+    edited = record.config.get("edited_record")
+    if isinstance(edited, dict):  # --from an edited record under --trust-edited
+        console.print(f"[yellow]re-ran an edited record of run {markup(str(edited.get('run', ''))[:8])}[/]")
     replay, source = record.config.get("replay"), record.config.get("from_run")
     if isinstance(replay, dict):  # moot run/absa --from ID --replay; moot bench --replay DIR|ID
         until = replay.get("until_round")
@@ -240,6 +248,10 @@ def show_cmd(
     """Show a run as its command printed it live, from the store."""
     with _open(store) as opened:
         record = opened.get(run_id)
+        if record.damage is not None:
+            raise UsageError(
+                f"{record.damage}: moot runs list shows its other fields; moot runs rm deletes it"
+            )
         if as_json:
             data = record.model_dump(mode="json") | {"wall_s": record.wall_s}
             if record.kind in ("bench", "absa-eval") or record.config.get("batch"):
@@ -265,6 +277,10 @@ def export_cmd(
         raise UsageError(f"--format must be json or jsonl, not {fmt!r}")
     with _open(store) as opened:
         record = opened.get(run_id)
+        if record.damage is not None:
+            raise UsageError(
+                f"{record.damage}: moot runs list shows its other fields; moot runs rm deletes it"
+            )
         run = record.model_dump(mode="json")
         events = [e.model_dump(mode="json") for e in opened.events(record.id)]
         items = [i.model_dump(mode="json") for i in opened.iter_items(record.id)]

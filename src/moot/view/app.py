@@ -37,7 +37,7 @@ import moot.view.shape as shape
 from ..app.compare import as_json, compare_runs
 from ..app.records import list_row, load_result, read_store, runs_page
 from ..errors import UsageError
-from ..runs import RunRecord, RunStore
+from ..runs import DamagedRecord, RunRecord, RunStore
 
 __all__ = ["LOOPBACK", "create_app"]
 
@@ -133,6 +133,14 @@ def create_app(store_path: str | Path, *, token: str | None = None, host: str = 
     async def store_failed(request: Request, exc: UsageError) -> Response:  # damaged after the open
         return _store_error(request, templates, str(exc))
 
+    @app.exception_handler(DamagedRecord)
+    async def record_damaged(request: Request, exc: DamagedRecord) -> Response:  # one run, not the store
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"detail": str(exc)}, status_code=422)
+        return templates.TemplateResponse(
+            request, "record_error.html", {"message": str(exc)}, status_code=422
+        )
+
     return app
 
 
@@ -209,9 +217,12 @@ def _list(
 def _getter(store: RunStore) -> Callable[[str], RunRecord]:
     def get(run_id: str) -> RunRecord:
         try:
-            return store.get(run_id)
+            record = store.get(run_id)
         except UsageError as exc:
             raise HTTPException(status_code=404, detail=str(exc)) from None
+        if record.damage is not None:  # listed, but not shown (HTTP 422 naming the damage)
+            raise DamagedRecord(record.damage)
+        return record
 
     return get
 
