@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import urllib.parse
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import moot.redact as redact
 
 from ..errors import ModelRequestsBlocked
+from ._grammar import parse_options
 from .limits import DEFAULT_CAP, Endpoint, Gate, shared_gate
 
 __all__ = [
@@ -86,21 +86,18 @@ def _positive_seconds(raw: str, what: str) -> float:
 def split_spec_options(rest: str, allowed: tuple[str, ...] = ("timeout",)) -> tuple[str, dict[str, str]]:
     """Split ``name?key=value&...`` (the part of a spec after ``provider:``) into name and options.
 
-    ``timeout`` is checked to be a positive number of seconds.
+    The options are read strictly (:func:`moot.models._grammar.parse_options`): each one
+    ``key=value``, known, given once, with a value. ``timeout`` is checked to be a positive
+    number of seconds. The name is returned as written; the backend checks it.
 
     Raises:
-        UsageError: an option not in ``allowed``, or a bad timeout.
+        UsageError: an option not in ``allowed``, one that cannot be read, or a bad timeout.
     """
-    from ..errors import UsageError
-
-    name, _, query = rest.partition("?")
-    options = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise UsageError(f"unknown model option(s) {', '.join(unknown)}; known: {', '.join(allowed)}")
+    name, sep, query = rest.partition("?")
+    options = parse_options(query, allowed) if sep else {}
     if "timeout" in options:
         _positive_seconds(options["timeout"], "timeout")
-    return name.strip(), options
+    return name, options
 
 
 _CONCURRENCY_CAP: ContextVar[int | None] = ContextVar("moot_concurrency_cap", default=None)
