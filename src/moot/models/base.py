@@ -40,6 +40,7 @@ __all__ = [
     "model_info",
     "note_cached_reply",
     "note_extra_request",
+    "public_endpoint",
     "spec_cap",
     "split_spec_options",
     "unit_scope",
@@ -454,10 +455,21 @@ def endpoint_stats(models: Iterable[Model]) -> list[dict[str, object]]:
     return list(seen.values())
 
 
-def model_info(model: Model) -> dict[str, Any]:
-    """A model's spec and endpoint, as a run records it (never its key)."""
-    info: dict[str, Any] = {"spec": model.name}
+def public_endpoint(model: Model) -> str | None:
+    """The endpoint ``model`` sends to, as every record, event, span and line shows it; None if none.
+
+    Its user-info and credential query parameters are masked (:func:`moot.redact.url`): this is
+    the one place the endpoint leaves a backend for what a run writes, so a key in the URL
+    (``?api_key=K``) is gone before any event carries it (``model_request``, a run's ``models``).
+    """
     endpoint = getattr(model, "base_url", None)
-    if isinstance(endpoint, str) and endpoint:
+    return redact.url(endpoint) if isinstance(endpoint, str) and endpoint else None
+
+
+def model_info(model: Model) -> dict[str, Any]:
+    """A model's spec and endpoint (:func:`public_endpoint`), as a run records it (never its key)."""
+    info: dict[str, Any] = {"spec": model.name}
+    endpoint = public_endpoint(model)
+    if endpoint is not None:
         info["endpoint"] = endpoint
     return info
