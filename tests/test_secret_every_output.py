@@ -133,16 +133,24 @@ def test_a_credential_in_the_url_is_in_no_output_of_any_command(
                     printed.append(capsys.readouterr())
             assert server.requests > 0 and all(SECRET in p for p in server.paths)
         # An endpoint where nothing listens: every error text that names it is written too.
-        dead = f"http://127.0.0.1:{free_port()}/v1?api_key={SECRET}"
-        run = ["run", "Is x?", "--model", f"openai:M?base_url={dead}", "--out", "dead.jsonl"]
-        codes["dead"] = main([*run, "--initial-answer", "kept"])
-        printed.append(capsys.readouterr())
-        codes["dead, no initial answer"] = main(["run", "Is x?", "--model", f"openai:M?base_url={dead}"])
-        printed.append(capsys.readouterr())
+        for param in ("api_key", "token"):
+            dead = f"http://127.0.0.1:{free_port()}/v1?{param}={SECRET}"
+            run = ["run", "Is x?", "--model", f"openai:M?base_url={dead}", "--out", f"dead-{param}.jsonl"]
+            codes[f"dead {param}"] = main([*run, "--initial-answer", "kept"])
+            printed.append(capsys.readouterr())
+            codes[f"dead {param}, no initial answer"] = main(
+                ["run", "Is x?", "--model", f"openai:M?base_url={dead}"]
+            )
+            printed.append(capsys.readouterr())
+            bench = ["bench", "--n", "1", "--methods", "single", "--no-plots", "--out", f"dead-bench-{param}"]
+            codes[f"dead bench {param}"] = main([*bench, "--model", f"openai:M?base_url={dead}"])
+            printed.append(capsys.readouterr())
     finally:
         for spec in [s for s in models._CACHE if s.startswith("openai:")]:
             models._CACHE.pop(spec, None)
-    assert codes.pop("dead") == 1 and codes.pop("dead, no initial answer") == 2
+    for param in ("api_key", "token"):
+        assert codes.pop(f"dead {param}") == 1 and codes.pop(f"dead {param}, no initial answer") == 2
+        assert codes.pop(f"dead bench {param}") == 1
     assert set(codes.values()) == {0}, ({k: v for k, v in codes.items() if v}, [p.err for p in printed])
     assert main(["runs", "list", "--json"]) == 0
     listed = capsys.readouterr()
@@ -158,7 +166,8 @@ def test_a_credential_in_the_url_is_in_no_output_of_any_command(
             printed.append(capsys.readouterr())
     # The files each command wrote (events, results, bench and eval folders) and the store.
     written = [p for p in work.rglob("*") if p.is_file()]
-    assert {p.name for p in written} >= {"run-key.jsonl", "batch-token.jsonl", "absa-env.jsonl", "dead.jsonl"}
+    names = {"run-key.jsonl", "batch-token.jsonl", "absa-env.jsonl", "dead-token.jsonl"}
+    assert {p.name for p in written} >= names
     assert any(b'"model_request"' in p.read_bytes() for p in written if p.name == "run-key.jsonl")
     for path in [*written, *store.parent.glob(store.name + "*")]:
         assert SECRET.encode() not in path.read_bytes(), path
