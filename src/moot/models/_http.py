@@ -64,6 +64,8 @@ from urllib.parse import urlsplit
 
 import moot.redact as redact
 
+from .base import note_not_sent
+
 __all__ = ["LeanTransport", "RawResponse", "TransportError", "json_headers", "parse_retry_after"]
 
 _KEEPALIVE_S = 4.0
@@ -473,7 +475,11 @@ class LeanTransport:
         deadline = now + self.timeout  # the whole request, connecting included
         conn = _reuse(pool, target.key, now)
         if conn is None:
-            conn = await self._connect(loop, pool, target, url)
+            try:
+                conn = await self._connect(loop, pool, target, url)
+            except asyncio.CancelledError:
+                note_not_sent()  # cancelled before a byte of the request left: no attempt
+                raise
         waiter: asyncio.Future[RawResponse] = loop.create_future()
         conn.waiter = waiter
         pool.busy.add(conn)

@@ -40,6 +40,7 @@ __all__ = [
     "model_info",
     "note_cached_reply",
     "note_extra_request",
+    "note_not_sent",
     "public_endpoint",
     "spec_cap",
     "split_spec_options",
@@ -173,8 +174,9 @@ class Usage(BaseModel):
 
     ``calls`` counts requests the server answered (what a provider bills);
     ``attempts`` counts every request sent, answered or not: retries, structured-mode
-    probes, and requests of turns cancelled while in flight. ``attempts`` is what a
-    server's own request log shows. Backends report ``calls=1`` per response;
+    probes, and requests of turns cancelled while in flight, but not a request cancelled
+    while it waited for a slot of its endpoint, which sent nothing (:func:`note_not_sent`).
+    ``attempts`` is what a server's own request log shows. Backends report ``calls=1`` per response;
     :func:`moot.models.call_model` counts ``attempts``.
     """
 
@@ -270,6 +272,19 @@ def unit_scope(unit: str | None) -> Iterator[None]:
 def current_unit() -> str | None:
     """The batch unit of the requests made now (see :func:`unit_scope`), or None outside a batch."""
     return _UNIT.get()
+
+
+def note_not_sent() -> None:
+    """Say that the request the current ``Model.request`` call was about to send was never sent.
+
+    :func:`moot.models.call_model` counts an attempt before the backend runs; a request
+    cancelled while it waited for a slot of its endpoint (``--model-concurrency``, a replica's
+    limit) or for its connection to open sent nothing, so this takes that attempt back:
+    ``usage.attempts`` counts what the server's log shows.
+    """
+    stats = _CURRENT_STATS.get()
+    if stats is not None:
+        stats.usage.attempts -= 1
 
 
 def note_cached_reply() -> None:

@@ -43,7 +43,7 @@ import moot.redact as redact
 from ..errors import UsageError
 from ._grammar import check_endpoint
 from ._http import LeanTransport, RawResponse, TransportError, parse_retry_after
-from .base import _CURRENT_STATS, note_extra_request
+from .base import _CURRENT_STATS, note_extra_request, note_not_sent
 from .limits import DEFAULT_CAP, Endpoint, Gate, Outcome, Ticket, shared_gate
 
 __all__ = ["Replica", "ReplicaPool", "split_endpoints"]
@@ -238,7 +238,14 @@ class ReplicaPool:
                 raise TransportError(f"all {n} endpoint(s) failed; last: {last}", connect=not reached)
             exclude = self._exclude(tried)
             # Room at once (the usual case) needs no coroutine of its own.
-            ticket = gate.try_acquire(exclude) or await self._take(gate, exclude)
+            ticket = gate.try_acquire(exclude)
+            if ticket is None:
+                try:
+                    ticket = await self._take(gate, exclude)
+                except asyncio.CancelledError:
+                    if not resend_counts:  # the attempt counted for this request: nothing was sent
+                        note_not_sent()
+                    raise
             replica = self._by_endpoint[ticket.endpoint]
             if resend_counts:
                 note_extra_request()
