@@ -172,7 +172,7 @@ def test_a_bad_spec_at_the_cli_is_one_line_exit_2_and_no_connection_anywhere(
     assert watched["connects"] == [] and watched["lookups"] == [] and watched["listener"].accepted == 0
     if store.exists():
         with RunStore(store) as opened:
-            assert opened.list_runs() == []
+            assert opened.list() == []
 
 
 def _ok(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:

@@ -25,7 +25,7 @@ from ..app.records import read_store
 from ..errors import UsageError
 from ..runs import RunRecord, RunStatus, RunStore, load_result
 from ._console import make_console, print_table
-from ._safe import clean, markup
+from ._safe import clean, markup, safe_json
 from ._store_options import StoreOption
 
 __all__ = ["register", "runs_app"]
@@ -100,7 +100,7 @@ def list_cmd(
             if r.status == "running":  # its row has usage only at the end: what is stored so far
                 r.usage = opened.live_usage(r.id)
     if as_json:
-        typer.echo(json.dumps([_row_json(r) for r in runs], ensure_ascii=False))
+        typer.echo(safe_json(json.dumps([_row_json(r) for r in runs], ensure_ascii=False)))
         return
     table = Table("id", "started", "kind", "title", "model", "status", "calls", "tokens", "wall", "score")
     for r in runs:
@@ -233,7 +233,7 @@ def show_cmd(
             data = record.model_dump(mode="json") | {"wall_s": record.wall_s}
             if record.kind in ("bench", "absa-eval") or record.config.get("batch"):
                 data["items"] = [i.model_dump(mode="json") for i in opened.iter_items(record.id)]
-            typer.echo(json.dumps(data, ensure_ascii=False))
+            typer.echo(safe_json(json.dumps(data, ensure_ascii=False)))
             return
         console = _console()
         _header(record, console)
@@ -258,13 +258,13 @@ def export_cmd(
         events = [e.model_dump(mode="json") for e in opened.events(record.id)]
         items = [i.model_dump(mode="json") for i in opened.iter_items(record.id)]
     if fmt == "json":
-        typer.echo(json.dumps({"run": run, "events": events, "items": items}, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps({"run": run, "events": events, "items": items}, ensure_ascii=False)))
         return
-    typer.echo(json.dumps({"type": "run", **run}, ensure_ascii=False))
+    typer.echo(safe_json(json.dumps({"type": "run", **run}, ensure_ascii=False)))
     for e in events:
-        typer.echo(json.dumps({"type": "event", **e}, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps({"type": "event", **e}, ensure_ascii=False)))
     for i in items:
-        typer.echo(json.dumps({"type": "item", **i}, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps({"type": "item", **i}, ensure_ascii=False)))
 
 
 def _stdin_is_terminal() -> bool:
@@ -310,7 +310,7 @@ def compare_cmd(
     with _open(store) as opened:
         cmp = compare_runs(opened, a, b)
     if as_json_:
-        typer.echo(json.dumps(as_json(cmp), ensure_ascii=False))
+        typer.echo(safe_json(json.dumps(as_json(cmp), ensure_ascii=False)))
         return
     console = _console()
     title = f"A = {cmp.a.id[:8]} · B = {cmp.b.id[:8]}"
