@@ -196,3 +196,13 @@ def test_the_replica_form_sends_where_it_says_and_nowhere_else(
     ports = {address[1] for address in watched["connects"]}
     assert ports == {a.port, b.port}, watched["connects"]
     assert watched["lookups"] == [] and watched["listener"].accepted == 0
+
+
+def test_a_recorded_endpoint_with_its_own_query_reads_back_as_one_option() -> None:
+    from moot.app.rerun import recorded_endpoints
+
+    endpoint = "http://127.0.0.1:9/v1?api-version=1&deployment=d"
+    recorded = {"models": {"critical": {"spec": "openai:m", "endpoint": endpoint}}}
+    spec = recorded_endpoints(recorded)["critical"]
+    model = OpenAIModel.from_spec(spec.removeprefix("openai:"))
+    assert (model.model, model.endpoints) == ("m", [endpoint])
