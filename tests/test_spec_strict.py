@@ -23,7 +23,6 @@ from moot.errors import UsageError
 from moot.models import base, resolve_model
 from moot.models import openai as openai_backend
 from moot.models.openai import OpenAIModel
-from moot.runs import RunStore
 
 UNRESOLVABLE = "http://moot-default-host.invalid/v1"
 
@@ -153,7 +152,12 @@ def test_a_bad_spec_at_the_cli_is_one_line_exit_2_and_no_connection_anywhere(
     monkeypatch.setenv("MOOT_STORE", str(store))
     url = watched["url"]
     for spec, named in _bad_specs(url):
-        for args in (["run", "Is x?", "--model", spec], ["absa", "The food was great.", "--model", spec]):
+        bench = ["bench", "--n", "1", "--methods", "single", "--no-plots", "--out", str(tmp_path / "b")]
+        for args in (
+            ["run", "Is x?", "--model", spec],
+            ["absa", "The food was great.", "--model", spec],
+            [*bench, "--model", spec],
+        ):
             assert main(args) == 2, args
             err = capsys.readouterr().err.strip().splitlines()
             assert len(err) == 1 and err[0].startswith("moot: error:"), (args, err)
@@ -170,9 +174,7 @@ def test_a_bad_spec_at_the_cli_is_one_line_exit_2_and_no_connection_anywhere(
     assert main(["run", "Is x?", "--model", "openai:stub"]) == 2
     assert "no scheme" in capsys.readouterr().err
     assert watched["connects"] == [] and watched["lookups"] == [] and watched["listener"].accepted == 0
-    if store.exists():
-        with RunStore(store) as opened:
-            assert opened.list() == []
+    assert not store.exists() and not (tmp_path / "b").exists()  # nothing written
 
 
 def _ok(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
