@@ -6,7 +6,7 @@ Run: ``python bench/attempts_soak.py [--debates 200] [--concurrency 50] [--model
 It serves an OpenAI-compatible endpoint on 127.0.0.1 that counts every request it reads in
 full (each answer after ``--latency`` seconds, +-50% at random), runs the command a user would
 type, ``moot run --input TOPICS --output OUT --concurrency C --model-concurrency M --timeout T
---model openai:soak@URL``, in a subprocess, and prints the sum of ``usage.attempts`` over the
+--model openai:soak?base_url=URL``, in a subprocess, and prints the sum of ``usage.attempts`` over the
 results next to the server's count. With a deadline shorter than a debate, many requests are
 cancelled while they wait for a slot: they sent nothing and must not count.
 """
@@ -116,7 +116,7 @@ def main() -> None:
             "--model-concurrency",
             str(args.model_concurrency),
         ]
-        command += ["--timeout", str(args.timeout), "--model", f"openai:soak@{url}", "--no-store"]
+        command += ["--timeout", str(args.timeout), "--model", f"openai:soak?base_url={url}", "--no-store"]
         env = {**os.environ, "OPENAI_API_KEY": "sk-soak"}
         started = time.perf_counter()
         done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp)
