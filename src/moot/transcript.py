@@ -348,7 +348,8 @@ class RequestRecord(BaseModel):
     retries: list[RetryRecord] = Field(default_factory=list)
     """Transient failures retried within this request."""
     endpoint: str | None = None
-    """The backend's base URL, if it has one (subscribers show only host and port)."""
+    """The backend's base URL, if it has one, credentials masked (:func:`moot.models.base.public_endpoint`;
+    subscribers show only host and port)."""
     messages: list[Message] = Field(default_factory=list, exclude=True)
     """The messages sent (in memory only: never serialised)."""
     reply: str | None = Field(None, exclude=True)

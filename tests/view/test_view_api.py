@@ -348,6 +348,10 @@ def test_a_failed_run_names_each_error_class_once_and_the_failure_in_one_place(
     assert main(["run", "Is tea good?", "--model", "viewdown:x", "--rounds", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("ModelConnectionError") == 1, err
+    # The CLI's exit 2 leaves no run (issue 37); the library records the failed run the page shows.
+    from moot import Debate
+
+    Debate("answer", model="viewdown:x", store=True, overrides={"rounds": 1}).run_sync("Is tea good?")
     store = RunStore(os.environ["MOOT_STORE"])
     (run,) = store.list()
     assert (run.error or "").count("ModelConnectionError") == 1, run.error

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import UsageError
 from ..runs import RunRecord, open_store
@@ -68,7 +69,8 @@ def recorded_endpoints(recorded: dict[str, Any]) -> dict[str, str]:
     for key, info in (recorded.get("models") or {}).items():
         spec, endpoint = info.get("spec"), info.get("endpoint")
         if isinstance(spec, str) and spec.startswith("openai:") and "?" not in spec and endpoint:
-            out[key] = f"{spec}?base_url={endpoint}"
+            # Percent-encoded: an endpoint's own query ("?a=1&b=2") must not read as spec options.
+            out[key] = f"{spec}?base_url={quote(endpoint, safe=':/')}"
     return out
 
 

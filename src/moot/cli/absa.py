@@ -58,7 +58,7 @@ from ._io import (
 )
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._ray_options import RayOption, RayWorkersOption
-from ._safe import clean, markup
+from ._safe import clean, markup, safe_json
 from ._store_options import NoStoreOption, StoreOption, TrustEditedOption
 
 if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only with --ray
@@ -444,7 +444,7 @@ def register(app: typer.Typer) -> None:
             with annotate(config=extra or None):
                 res = _one_sentence(sentence, runner, cfg, timeout, spec)
             if as_json:
-                typer.echo(res.model_dump_json(indent=2))
+                typer.echo(safe_json(res.model_dump_json(indent=2)))
             else:
                 print_absa_result(res, make_console())
             _timed_out([res], timeout)

@@ -17,7 +17,7 @@ from rich.table import Table
 import moot.cli._exit as _exit
 
 from ..app import store_spec
-from ..app.recorder import recorded_ids
+from ..app.recorder import recorded_ids, resolve_store
 from ..app.rerun import recorded_debate, recorded_endpoints, stored_run, trusted_edit
 from ..debate_run import unreachable_error
 from ..engine import Debate
@@ -39,7 +39,7 @@ from ._io import (
     staged_output,
 )
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
-from ._safe import clean, markup
+from ._safe import clean, markup, safe_json
 from ._store_options import NoStoreOption, StoreOption, TrustEditedOption
 from .dry_run import first_round_calls, format_calls
 from .run_batch import read_topics, run_batch
@@ -172,6 +172,15 @@ class LiveView:
             c.rule(f"[dim]end of round {event.round}{line}[/]")
         elif event.kind == "retry":
             c.print(f"[yellow]{markup(event.message or '')}[/]")
+
+
+def _forget(store: Any, ids: list[str]) -> None:
+    """Delete the runs ``ids`` the command recorded into ``store`` (a ``store=`` spec; None: none)."""
+    if store is None or store is False or not ids:
+        return
+    opened = resolve_store(store)
+    for run_id in ids:
+        opened.delete(run_id)
 
 
 def print_summary(console: Console, result: DebateResult) -> None:
@@ -469,7 +478,7 @@ def register(app: typer.Typer) -> None:
             calls = format_calls(
                 first_round_calls(debate, topic, ctx, _players(debate, model, roles)), as_json=as_json
             )
-            typer.echo(calls if as_json else clean(calls))
+            typer.echo(safe_json(calls) if as_json else clean(calls))
             return 0
         extra: dict[str, Any] = {}  # what the record adds to the debate's own config
         if from_run:
@@ -500,9 +509,11 @@ def register(app: typer.Typer) -> None:
                 )
             unreachable = unreachable_error(result)
             if unreachable and initial_answer is None:  # with one, the result falls back to it (exit 1)
+                # Exit 2 leaves nothing written: the run the store recorded as failed goes too.
+                _forget(debate.store, ids)
                 raise UsageError(f"cannot reach the model endpoint: {unreachable}")
         if as_json:
-            typer.echo(result.model_dump_json())
+            typer.echo(safe_json(result.model_dump_json()))
         else:
             print_summary(console, result)
             print_endpoints(console, debate.endpoint_stats())

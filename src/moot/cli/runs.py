@@ -26,7 +26,7 @@ from ..app.records import list_row, read_store, runs_page
 from ..errors import UsageError
 from ..runs import RunRecord, RunStatus, RunStore, load_result
 from ._console import make_console, print_table
-from ._safe import clean, markup
+from ._safe import clean, markup, safe_json
 from ._store_options import StoreOption
 
 __all__ = ["register", "runs_app"]
@@ -104,7 +104,7 @@ def list_cmd(
         rows = [list_row(opened, r) for r in runs]  # a running run's usage: what is stored so far
     if as_json:
         page = runs_page(rows, total=total, offset=offset, limit=limit)
-        typer.echo(json.dumps(page, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps(page, ensure_ascii=False)))
         return
     table = Table("id", "started", "kind", "title", "model", "status", "calls", "tokens", "wall", "score")
     for r in runs:
@@ -256,7 +256,7 @@ def show_cmd(
             data = record.model_dump(mode="json") | {"wall_s": record.wall_s}
             if record.kind in ("bench", "absa-eval") or record.config.get("batch"):
                 data["items"] = [i.model_dump(mode="json") for i in opened.iter_items(record.id)]
-            typer.echo(json.dumps(data, ensure_ascii=False))
+            typer.echo(safe_json(json.dumps(data, ensure_ascii=False)))
             return
         console = _console()
         _header(record, console)
@@ -285,13 +285,13 @@ def export_cmd(
         events = [e.model_dump(mode="json") for e in opened.events(record.id)]
         items = [i.model_dump(mode="json") for i in opened.iter_items(record.id)]
     if fmt == "json":
-        typer.echo(json.dumps({"run": run, "events": events, "items": items}, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps({"run": run, "events": events, "items": items}, ensure_ascii=False)))
         return
-    typer.echo(json.dumps({"type": "run", **run}, ensure_ascii=False))
+    typer.echo(safe_json(json.dumps({"type": "run", **run}, ensure_ascii=False)))
     for e in events:
-        typer.echo(json.dumps({"type": "event", **e}, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps({"type": "event", **e}, ensure_ascii=False)))
     for i in items:
-        typer.echo(json.dumps({"type": "item", **i}, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps({"type": "item", **i}, ensure_ascii=False)))
 
 
 def _stdin_is_terminal() -> bool:
@@ -337,7 +337,7 @@ def compare_cmd(
     with _open(store) as opened:
         cmp = compare_runs(opened, a, b)
     if as_json_:
-        typer.echo(json.dumps(as_json(cmp), ensure_ascii=False))
+        typer.echo(safe_json(json.dumps(as_json(cmp), ensure_ascii=False)))
         return
     console = _console()
     title = f"A = {cmp.a.id[:8]} · B = {cmp.b.id[:8]}"

@@ -62,6 +62,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+import moot.redact as redact
+
+from .base import note_not_sent
+
 __all__ = ["LeanTransport", "RawResponse", "TransportError", "json_headers", "parse_retry_after"]
 
 _KEEPALIVE_S = 4.0
@@ -105,6 +109,9 @@ class RawResponse:
 
 class TransportError(Exception):
     """No response: the connection failed, dropped or timed out.
+
+    A message that names the URL shows it with its credentials masked (:func:`moot.redact.url`):
+    it becomes the text of a failed turn, an event, a stored error.
 
     Attributes:
         connect: True when the request provably never reached the server
@@ -468,7 +475,11 @@ class LeanTransport:
         deadline = now + self.timeout  # the whole request, connecting included
         conn = _reuse(pool, target.key, now)
         if conn is None:
-            conn = await self._connect(loop, pool, target, url)
+            try:
+                conn = await self._connect(loop, pool, target, url)
+            except asyncio.CancelledError:
+                note_not_sent()  # cancelled before a byte of the request left: no attempt
+                raise
         waiter: asyncio.Future[RawResponse] = loop.create_future()
         conn.waiter = waiter
         pool.busy.add(conn)
@@ -481,9 +492,9 @@ class LeanTransport:
             conn.abort()
             if err.timeout:
                 raise TransportError(
-                    f"request to {url} timed out after {self.timeout:g} s", timeout=True
+                    f"request to {redact.url(url)} timed out after {self.timeout:g} s", timeout=True
                 ) from None
-            raise TransportError(f"request to {url} failed: {err}") from None
+            raise TransportError(f"request to {redact.url(url)} failed: {err}") from None
         except BaseException:  # cancelled: the answer may still come on this connection
             conn.abort()
             raise
@@ -519,9 +530,11 @@ class LeanTransport:
                     _Connection, sock=sock, ssl=tls, server_hostname=target.host if tls else None
                 )
         except TimeoutError as err:
-            raise TransportError(f"connecting to {url} timed out", connect=True, timeout=True) from err
+            raise TransportError(
+                f"connecting to {redact.url(url)} timed out", connect=True, timeout=True
+            ) from err
         except OSError as err:  # refused, unreachable, name not resolved, TLS handshake (ssl.SSLError)
-            raise TransportError(f"cannot connect to {url}: {err}", connect=True) from err
+            raise TransportError(f"cannot connect to {redact.url(url)}: {err}", connect=True) from err
         return conn
 
     async def aclose(self) -> None:

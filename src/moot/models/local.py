@@ -32,9 +32,10 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import MissingDependencyError, ModelError, UsageError
+from ._grammar import check_path
 from .base import Model, ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
 
 __all__ = [
@@ -363,6 +364,15 @@ class LocalModel(Model):
         self.n_threads_batch = n_threads_batch or _env_threads("MOOT_LLAMA_BATCH_THREADS") or read
         self.n_gpu_layers = n_gpu_layers
 
+    spec_options: ClassVar[tuple[str, ...]] = (
+        "n_gpu_layers",
+        "n_threads",
+        "n_threads_batch",
+        "n_ctx",
+        "seed",
+    )
+    """The ``?key=value`` options a ``local`` spec accepts (any other is a usage error)."""
+
     @classmethod
     def from_spec(cls, rest: str) -> LocalModel:
         """Build from the part of the spec after ``local:`` (empty: the bundled model).
@@ -370,9 +380,8 @@ class LocalModel(Model):
         Raises:
             UsageError: an unknown or malformed option (see the module docstring).
         """
-        path, options = split_spec_options(
-            rest, ("n_gpu_layers", "n_threads", "n_threads_batch", "n_ctx", "seed")
-        )
+        path, options = split_spec_options(rest, cls.spec_options)
+        check_path("local", path)
         minimum = {"n_gpu_layers": -1, "n_threads": 1, "n_threads_batch": 1, "n_ctx": 16, "seed": 0}
         kwargs: dict[str, Any] = {}
         for key, raw in options.items():

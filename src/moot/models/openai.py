@@ -43,8 +43,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import Any, Literal, cast, get_args
+from typing import Any, ClassVar, Literal, cast, get_args
 from urllib.parse import urlsplit
 
 import orjson
@@ -61,6 +62,8 @@ from ..errors import (
     never_sent,
     redact,
 )
+from ..redact import text as redact_text
+from ._grammar import check_model_name
 from ._http import LeanTransport, RawResponse, TransportError, json_headers, parse_retry_after
 from ._sdk import SDKModel
 from .base import (
@@ -98,6 +101,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 """Model used for a bare ``openai`` / ``openai:`` spec."""
 _PLACEHOLDER_KEY = "not-needed"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_BODY = 2000
 
 
@@ -301,33 +305,52 @@ class OpenAIModel(SDKModel):
 
         return openai.DefaultAioHttpClient(timeout=self.timeout)
 
+    spec_options: ClassVar[tuple[str, ...]] = (
+        "timeout",
+        "base_url",
+        "endpoints",
+        "max_concurrency",
+        "max_per_endpoint",
+        "api_key_env",
+        "structured_mode",
+    )
+    """The ``?key=value`` options an ``openai:`` spec accepts (any other is a usage error)."""
+
     @classmethod
     def from_spec(cls, rest: str) -> OpenAIModel:
-        """Build from the part of the spec after ``openai:``: ``MODEL`` and options.
+        """Build from the part of the spec after ``openai:``: ``MODEL``, replicas and options.
 
-        Options: ``timeout`` (seconds per request), ``base_url`` (or ``endpoints``: a
-        comma-separated list of replicas), ``max_concurrency`` (cap of each endpoint's
-        adaptive limit), ``max_per_endpoint`` (the same), ``api_key_env`` (the
+        ``MODEL@URL1,URL2`` names the endpoints (replicas) as ``?endpoints=URL1,URL2`` does.
+        Options (:attr:`spec_options`): ``timeout`` (seconds per request), ``base_url`` (or
+        ``endpoints``: a comma-separated list of replicas), ``max_concurrency`` (cap of each
+        endpoint's adaptive limit), ``max_per_endpoint`` (the same), ``api_key_env`` (the
         variable holding the key) and ``structured_mode``, e.g.
         ``openai:llama3?base_url=http://gpu-box:8000/v1&api_key_env=GPU_BOX_KEY`` or
-        ``openai:llama3?endpoints=http://gpu-1:8000/v1,http://gpu-2:8000/v1&max_per_endpoint=32``.
+        ``openai:llama3@http://gpu-1:8000/v1,http://gpu-2:8000/v1?max_per_endpoint=32``.
+        Every part is read strictly (:mod:`moot.models._grammar`).
 
         Raises:
-            UsageError: an unknown option, a bad timeout, cap or structured mode.
+            UsageError: a part of the spec moot does not read (an unknown option, a model name
+                with a URL or whitespace in it, an endpoint that is not an http(s) URL...), a
+                bad timeout, cap or structured mode.
             MissingCredentialsError: ``api_key_env`` names an unset variable.
         """
-        allowed = (
-            "timeout",
-            "base_url",
-            "endpoints",
-            "max_concurrency",
-            "max_per_endpoint",
-            "api_key_env",
-            "structured_mode",
-        )
-        name, options = split_spec_options(rest, allowed)
-        if "base_url" in options and "endpoints" in options:
-            raise UsageError("give base_url or endpoints, not both")
+        name, options = split_spec_options(rest, cls.spec_options)
+        name, at, replicas = name.partition("@")
+        given = [f"?{k}=" for k in ("base_url", "endpoints") if k in options] + (["@URL"] if at else [])
+        if len(given) > 1:
+            raise UsageError(f"give the endpoint(s) once: {' or '.join(given)}, not both")
+        if at:
+            if not name:
+                raise UsageError("no model name before '@' (the replica form is openai:MODEL@URL[,URL...])")
+            if not replicas:
+                raise UsageError(f"no endpoint after 'openai:{name}@' (give openai:MODEL@URL[,URL...])")
+            options["endpoints"] = replicas  # checked URL by URL (split_endpoints)
+        if "," in options.get("endpoints", "") and "" in options["endpoints"].split(","):
+            raise UsageError(f"an empty endpoint in {redact_text(options['endpoints'])!r} (a stray ',')")
+        check_model_name("openai", name, replicas=True)
+        if "api_key_env" in options and not _ENV_NAME.fullmatch(options["api_key_env"]):
+            raise UsageError(f"api_key_env must name an environment variable, got {options['api_key_env']!r}")
         cap = spec_cap(options, "max_per_endpoint")
         api_key = None
         if "api_key_env" in options:
