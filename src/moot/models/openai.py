@@ -61,6 +61,7 @@ from ..errors import (
     never_sent,
     redact,
 )
+from ..redact import url as redact_url
 from ._sdk import SDKModel
 from .base import (
     ModelRequest,
@@ -230,6 +231,8 @@ class OpenAIModel(SDKModel):
         self.modes = ModeSelector(
             structured_mode or os.environ.get("MOOT_OPENAI_STRUCTURED_MODE") or None,
             f"{self.name} at {', '.join(self.endpoints)}",
+            # Remembered across processes per endpoint and model (credentials in a URL masked).
+            key=f"{redact_url(','.join(self.endpoints))} {self.model}",
         )
         """The endpoint's structured mode; lowered only on proof (:mod:`moot.models.structured_mode`)."""
         self.sampler = NSampler(self.name)
