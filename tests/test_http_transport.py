@@ -101,7 +101,8 @@ def test_a_body_that_inflates_past_the_bound_is_an_error_not_an_out_of_memory() 
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-    assert peak < 64 * 1024 * 1024, f"{peak:,} bytes at the peak"  # far below the 512 MiB inflated
+    # Far below the 512 MiB inflated (aiohttp 3.13 inflates up to 32 MiB a step: ~67 MB peak; 3.14 less).
+    assert peak < 128 * 1024 * 1024, f"{peak:,} bytes at the peak"
 
 
 def test_a_bomb_fails_the_models_call_once_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -66,6 +66,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
+from aiohttp.http_exceptions import DecompressSizeError
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -279,18 +280,24 @@ class Transport:
             return await response.read()  # the usual case: a plain body of known, small length
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.content.iter_chunked(_CHUNK_BYTES):
-            size += len(chunk)
-            if size > bound:
-                response.close()  # drop the connection: the rest of the body is never read
-                encoding = response.headers.get("Content-Encoding")
-                how = f" once decoded ({encoding})" if encoding else ""
-                raise ResponseTooLarge(
-                    f"the response of {url} (HTTP {response.status}) is longer than {bound:,} bytes{how}: "
-                    "not read further"
-                )
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            async for chunk in response.content.iter_chunked(_CHUNK_BYTES):
+                size += len(chunk)
+                if size > bound:
+                    break
+                chunks.append(chunk)
+            else:
+                return b"".join(chunks)
+        except aiohttp.ClientPayloadError as err:
+            if not isinstance(err.__cause__, DecompressSizeError):  # aiohttp 3.13's own per-chunk bound
+                raise
+        response.close()  # drop the connection: the rest of the body is never read
+        encoding = response.headers.get("Content-Encoding")
+        how = f" once decoded ({encoding})" if encoding else ""
+        raise ResponseTooLarge(
+            f"the response of {url} (HTTP {response.status}) is longer than {bound:,} bytes{how}: "
+            "not read further"
+        )
 
     async def aclose(self) -> None:
         """Close the running loop's session (the transport stays usable: the next call opens another)."""
