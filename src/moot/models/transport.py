@@ -26,7 +26,7 @@ well-kept HTTP client comes from aiohttp itself:
   caps limit what is in flight), no cookie jar, DNS answers kept 5 minutes;
 * certificates from the system store, or the file or folder named by
   ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` (:func:`ssl.create_default_context`, made
-  when the session is, so a variable set by the program itself counts too);
+  once per value of those variables, so one the program sets itself counts too);
 * Happy Eyeballs (RFC 8305) as aiohttp does it: a host's addresses are raced
   250 ms apart, so a dead IPv6 route does not eat the connect budget;
 * ``gzip`` and ``deflate`` (and ``br``/``zstd`` when aiohttp's extras for them are
@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import email.utils
+import functools
 import logging
 import netrc as netrc_file
 import os
@@ -191,7 +192,7 @@ class Transport:
                 ttl_dns_cache=300,
                 keepalive_timeout=_KEEPALIVE_S,
                 happy_eyeballs_delay=0.25,
-                ssl=ssl.create_default_context(),
+                ssl=_tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")),
             ),
             timeout=self._client_timeout,
             cookie_jar=aiohttp.DummyCookieJar(),
@@ -305,6 +306,16 @@ class Transport:
         self._last = None
         if entry is not None:
             await entry[1].aclose()  # runs the generator's finally: session.close()
+
+
+@functools.lru_cache(maxsize=4)
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """The system's trust store, or ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (the key: a change is seen).
+
+    Made once per setting, not per session: loading a store takes ~10-30 ms, and ``run_sync``
+    makes a session per call.
+    """
+    return ssl.create_default_context()
 
 
 def _basic(login: str, password: str) -> str:
