@@ -253,7 +253,7 @@ class Transport:
         if proxy and host and not urllib.request.proxy_bypass(host):
             where = urlsplit(proxy)
             # Its credentials go in a header, never in a URL an error message could show.
-            route["proxy"] = where._replace(netloc=where.netloc.rpartition("@")[2]).geturl()
+            route["proxy"] = f"{where.scheme}://{where.netloc.rpartition('@')[2]}{where.path}"
             login: tuple[str, str] | None = (unquote(where.username or ""), unquote(where.password or ""))
             if not where.username and where.hostname:
                 login = _netrc_login(where.hostname)
