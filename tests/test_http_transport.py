@@ -226,6 +226,15 @@ def test_https_proxy_tunnels_to_a_host_only_it_can_resolve(
     assert proxy.auth == ["Basic YWxpY2U6czNjcmV0"]  # the proxy's credentials, never the API key
 
 
+def test_a_proxy_variable_without_a_scheme_is_an_http_proxy(
+    proxy: ForwardProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", f"127.0.0.1:{proxy.port}")  # as curl takes it
+    with FaultServer(ok, host=HOST) as srv:
+        (raw,) = post(Transport(HEADERS, timeout=5), srv.url + "/chat/completions")
+    assert raw.status == 200 and len(proxy.seen) == 1
+
+
 def test_no_proxy_bypasses_the_proxy(proxy: ForwardProxy, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTP_PROXY", proxy.url)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")

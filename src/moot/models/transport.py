@@ -251,7 +251,7 @@ class Transport:
         route: dict[str, object] = {"headers": headers}
         proxy = urllib.request.getproxies().get(parts.scheme.lower())
         if proxy and host and not urllib.request.proxy_bypass(host):
-            where = urlsplit(proxy)
+            where = urlsplit(proxy if "://" in proxy else f"http://{proxy}")  # proxy:3128, as curl takes it
             # Its credentials go in a header, never in a URL an error message could show.
             route["proxy"] = f"{where.scheme}://{where.netloc.rpartition('@')[2]}{where.path}"
             login: tuple[str, str] | None = (unquote(where.username or ""), unquote(where.password or ""))
