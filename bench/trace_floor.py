@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}", flush=True)
     observe.register("trace-floor", lambda start, options: _Recorder())
     with FakeServer(0.005, 600) as base_url, tempfile.TemporaryDirectory() as tmp:
-        model = _openai_model(base_url, 300, "lean", False)
+        model = _openai_model(base_url, 300, "aiohttp", False)
         run = asyncio.run(_harness_run(model, args.items, 100, Path(tmp), args.method))
     observe.unregister("trace-floor")
     calls = _Recorder.calls

@@ -28,7 +28,6 @@ from ..errors import (
     redact,
 )
 from ._grammar import check_model_name
-from ._http import parse_retry_after
 from ._sdk import SDKModel
 from .base import (
     Message,
@@ -39,6 +38,7 @@ from .base import (
     spec_cap,
     split_spec_options,
 )
+from .transport import parse_retry_after
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "DEFAULT_MAX_TOKENS", "AnthropicModel", "map_anthropic_error"]
 

@@ -388,7 +388,7 @@ class Model(ABC):
         again on every call, so a cap set after construction applies). One gate per event
         loop, as asyncio objects belong to one loop (``run_sync`` uses a fresh loop per call;
         threads each run their own). A backend that routes over endpoints of its own (the
-        ``openai:`` lean stack) returns None and gates each endpoint itself.
+        ``openai:`` aiohttp stack) returns None and gates each endpoint itself.
         """
         loop = asyncio.get_running_loop()
         gates = self.__dict__.get("_gates")  # a subclass may not call super().__init__()

@@ -42,9 +42,9 @@ import moot.redact as redact
 
 from ..errors import UsageError
 from ._grammar import check_endpoint
-from ._http import LeanTransport, RawResponse, TransportError, parse_retry_after
 from .base import _CURRENT_STATS, note_extra_request, note_not_sent
 from .limits import DEFAULT_CAP, Endpoint, Gate, Outcome, Ticket, shared_gate
+from .transport import RawResponse, ResponseTooLarge, Transport, TransportError, parse_retry_after
 
 __all__ = ["Replica", "ReplicaPool", "split_endpoints"]
 
@@ -218,12 +218,14 @@ class ReplicaPool:
             stats.queue_s += time.perf_counter() - waited
         return ticket
 
-    async def post(self, transport: LeanTransport, body: bytes) -> RawResponse:
+    async def post(self, transport: Transport, body: bytes) -> RawResponse:
         """POST ``body`` to the endpoint with room, moving on to another when one refuses or drops.
 
         Raises:
             TransportError: every replica refused or dropped this request (``connect``
                 is True when none of them received it), or a replica timed out.
+            ResponseTooLarge: a replica answered with a body past the transport's bound
+                (an answer, not a refusal: not sent elsewhere).
             EndpointDown: every endpoint's circuit is open.
         """
         gate = self._loop_gate()
@@ -257,6 +259,9 @@ class ReplicaPool:
                     outcome, retry_after = Outcome.THROTTLE, parse_retry_after(raw.headers)
                 else:
                     outcome = Outcome.ERROR if raw.status >= 400 else Outcome.ANSWER
+            except ResponseTooLarge:
+                outcome = Outcome.ERROR  # it answered: alive, and another replica would answer the same
+                raise
             except TransportError as err:
                 if err.timeout and not err.connect:
                     outcome = Outcome.TIMEOUT
