@@ -96,7 +96,7 @@ def test_json_on_stdout_escapes_c1_controls_and_bidi_overrides(
     assert main(["runs", "list", "--json"]) == 0
     listed = capsys.readouterr().out
     assert not RAW.search(listed)
-    for run in json.loads(listed):
+    for run in json.loads(listed)["runs"]:
         for args in (
             ["runs", "show", "--json", run["id"]],
             ["runs", "export", run["id"]],

@@ -30,7 +30,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "moot"
 ALLOWED = {
     ("moot/bench/methods.py", "ctx._first_round"),  # the bench's method context, same package
     ("moot/bench/methods.py", "ctx._ask"),
-    ("moot/models/_http.py", "conn._close"),  # the connection class of the same module
+    ("moot/serve/service.py", "self._service._admitted"),  # the admission of the same module
+    ("moot/serve/service.py", "self._service._slots"),
     ("moot/models/limits.py", "ep._open_until"),  # the endpoint class of the same module
     ("moot/observe.py", "handle._call"),  # RunHandle of the same module
     ("moot/runs/recording.py", "rec._seq"),  # Recording of the same module

@@ -155,7 +155,7 @@ def test_a_credential_in_the_url_is_in_no_output_of_any_command(
     assert main(["runs", "list", "--json"]) == 0
     listed = capsys.readouterr()
     printed.append(listed)
-    ids = [r["id"] for r in json.loads(listed.out.splitlines()[-1])]
+    ids = [r["id"] for r in json.loads(listed.out.splitlines()[-1])["runs"]]
     for run_id in ids:
         for args in (
             ["runs", "show", run_id],
