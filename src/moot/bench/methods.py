@@ -560,6 +560,8 @@ def _record(
         nominal_calls=spec.nominal_calls,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
+        cost_usd=usage.cost_usd,
+        cost_source=usage.cost_source,
         wall_s=round(time.perf_counter() - started, 4),
         **extra,
     )

@@ -392,10 +392,16 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
         by_method.setdefault(r.method, []).append(r)
     summaries = [summarize(name, recs) for name, recs in by_method.items()]
     accuracy = {m.method: m.accuracy for m in summaries if m.n}  # fallen-back units are not scored
-    usage = Usage(
-        calls=sum(r.calls for r in run.records),
-        prompt_tokens=sum(r.prompt_tokens for r in run.records),
-        completion_tokens=sum(r.completion_tokens for r in run.records),
+    usage = Usage.sum_of(
+        Usage(
+            calls=r.calls,
+            prompt_tokens=r.prompt_tokens,
+            completion_tokens=r.completion_tokens,
+            cost_usd=r.cost_usd,
+            cost_source=r.cost_source,
+            cost_note=None if r.cost_usd is not None else f"no price for some calls of {r.method}",
+        )
+        for r in run.records
     )
     expected = len(run.items) * len(run.specs)
     summary: dict[str, Any] = {

@@ -23,6 +23,7 @@ from ..debate_run import unreachable_error
 from ..engine import Debate
 from ..errors import UsageError
 from ..models import Model, default_model_spec
+from ..models.pricing import cost_text
 from ..models.testing import ReplayModel
 from ..observe import annotate
 from ..protocol import read_overrides
@@ -197,6 +198,7 @@ def print_summary(console: Console, result: DebateResult) -> None:
         f"{u.calls} calls{sent} · {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens"
         f" · {result.timings.wall_ms / 1000:.1f}s wall · {result.failed_turns} failed turns{cancelled}",
     )
+    table.add_row("cost", markup(cost_text(u)))
     console.print(Panel(table, title=f"[bold]{markup(result.protocol)}[/] result", border_style="bold"))
 
 

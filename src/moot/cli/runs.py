@@ -23,6 +23,7 @@ from rich.table import Table
 from ..app.compare import BenchComparison, as_json, compare_runs
 from ..app.records import read_store
 from ..errors import UsageError
+from ..models.pricing import cost_text
 from ..runs import RunRecord, RunStatus, RunStore, load_result
 from ._console import make_console, print_table
 from ._safe import clean, markup
@@ -89,7 +90,7 @@ def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array of runs.")] = False,
     store: StoreOption = None,
 ) -> None:
-    """Runs, newest first: id, kind, title, model, status, calls, tokens, wall time; 50 at a time."""
+    """Runs, newest first: id, kind, title, model, status, calls, tokens, cost, wall time; 50 at a time."""
     _known(kind, "--kind", RUN_KINDS)
     _known(status, "--status", RUN_STATUSES)
     filters: dict[str, Any] = {"kind": kind, "status": status, "model": model, "search": search}
@@ -102,7 +103,9 @@ def list_cmd(
     if as_json:
         typer.echo(json.dumps([_row_json(r) for r in runs], ensure_ascii=False))
         return
-    table = Table("id", "started", "kind", "title", "model", "status", "calls", "tokens", "wall", "score")
+    table = Table(
+        "id", "started", "kind", "title", "model", "status", "calls", "tokens", "cost", "wall", "score"
+    )
     for r in runs:
         title = r.title if len(r.title) <= 48 else r.title[:47] + "…"
         table.add_row(
@@ -114,11 +117,12 @@ def list_cmd(
             r.status,
             str(r.usage.calls),
             str(r.usage.total_tokens),
+            "?" if r.usage.cost_usd is None else f"${r.usage.cost_usd:.5f}",
             _wall(r),
             "-" if r.score is None else f"{r.score:.3f}",
         )
     console = _console()
-    print_table(console, table, drop=("score", "wall", "tokens", "started", "kind"))
+    print_table(console, table, drop=("score", "wall", "cost", "tokens", "started", "kind"))
     console.print(_showing(offset, len(runs), total, limit), markup=False, highlight=False)
 
 
@@ -209,6 +213,7 @@ def _header(record: RunRecord, console: Console) -> None:
     )
     if record.error:
         console.print(f"[yellow]{markup(record.error)}[/]")
+    console.print(f"cost {markup(cost_text(record.usage))}", highlight=False)
     replay, source = record.config.get("replay"), record.config.get("from_run")
     if isinstance(replay, dict):  # moot run/absa --from ID --replay; moot bench --replay DIR|ID
         until = replay.get("until_round")

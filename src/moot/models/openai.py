@@ -50,6 +50,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from ..errors import (
+    ContextLengthExceeded,
     MissingCredentialsError,
     MissingDependencyError,
     ModelConnectionError,
@@ -58,6 +59,7 @@ from ..errors import (
     ModelResponseError,
     ModelTimeoutError,
     UsageError,
+    context_window_in,
     never_sent,
     redact,
 )
@@ -74,6 +76,7 @@ from .base import (
     split_spec_options,
 )
 from .limits import Gate
+from .pricing import COST_OPTIONS, apply_cost_options
 from .replicas import ReplicaPool, split_endpoints
 from .sampling import NSampler
 from .structured_mode import ModeSelector, StructuredMode, response_format
@@ -157,6 +160,9 @@ def http_error(
     """
     # Redacted before truncation: a key cut in two by the truncation would no longer match.
     text = redact(body, secrets)[:_MAX_BODY]
+    too_long, window = context_window_in(status, text)
+    if too_long:  # its own kind: not retried as it is (a debate retries with a shorter history)
+        return ContextLengthExceeded(status, text, model=model, window=window)
     return ModelHTTPError(status, text, model=model, retry_after=parse_retry_after(headers))
 
 
@@ -270,6 +276,7 @@ class OpenAIModel(SDKModel):
         """Routes the lean stack's requests over :attr:`endpoints`, one adaptive limit each."""
         self._pool_cap = max_concurrency
         self.pool.set_cap(max_concurrency)
+        self._served_window: int | None = None  # max_model_len from /v1/models, once asked (0: none)
 
     def gate(self) -> Gate | None:
         """None on the lean stack: its pool gates (and times) each endpoint's requests itself."""
@@ -308,7 +315,8 @@ class OpenAIModel(SDKModel):
         Options: ``timeout`` (seconds per request), ``base_url`` (or ``endpoints``: a
         comma-separated list of replicas), ``max_concurrency`` (cap of each endpoint's
         adaptive limit), ``max_per_endpoint`` (the same), ``api_key_env`` (the
-        variable holding the key) and ``structured_mode``, e.g.
+        variable holding the key), ``structured_mode``, ``price`` (USD per million input/output
+        tokens, ``price=0.15/0.60``) and ``context_window`` (tokens), e.g.
         ``openai:llama3?base_url=http://gpu-box:8000/v1&api_key_env=GPU_BOX_KEY`` or
         ``openai:llama3?endpoints=http://gpu-1:8000/v1,http://gpu-2:8000/v1&max_per_endpoint=32``.
 
@@ -324,6 +332,7 @@ class OpenAIModel(SDKModel):
             "max_per_endpoint",
             "api_key_env",
             "structured_mode",
+            *COST_OPTIONS,
         )
         name, options = split_spec_options(rest, allowed)
         if "base_url" in options and "endpoints" in options:
@@ -334,7 +343,7 @@ class OpenAIModel(SDKModel):
             api_key = os.environ.get(options["api_key_env"])
             if not api_key:
                 raise MissingCredentialsError("openai", options["api_key_env"])
-        return cls(
+        model = cls(
             name or DEFAULT_OPENAI_MODEL,
             base_url=options.get("base_url") or options.get("endpoints"),
             api_key=api_key,
@@ -344,6 +353,31 @@ class OpenAIModel(SDKModel):
             structured_mode=cast("StructuredMode | None", options.get("structured_mode")),
             timeout=float(options["timeout"]) if "timeout" in options else None,
         )
+        return apply_cost_options(model, options)
+
+    async def window(self) -> int | None:
+        """The context window: ``?context_window=N``, else the server's, else the price table's.
+
+        The server's is its ``max_model_len`` (vLLM lists it in ``/v1/models``), asked once per
+        instance; None when nobody says.
+        """
+        if self.context_window is None and self._served_window is None:
+            self._served_window = await self._max_model_len()
+        return self.context_window or self._served_window or await super().window()
+
+    async def _max_model_len(self) -> int:
+        """This model's ``max_model_len`` in the endpoint's ``/v1/models`` (0: not listed, or no answer)."""
+        if self.base_url == DEFAULT_BASE_URL:
+            return 0  # OpenAI's own list has no window: the price table's serves
+        try:
+            page = await self._client().models.list()
+            for entry in page.data:
+                if entry.id == self.model:
+                    value = (entry.model_extra or {}).get("max_model_len")
+                    return int(value) if isinstance(value, int) and value > 0 else 0
+        except Exception as err:  # noqa: BLE001 - a server without /v1/models: the window stays unknown
+            logger.info("%s: no window from %s/models: %s", self.name, self.base_url, err)
+        return 0
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Send one chat completion.

@@ -205,6 +205,14 @@ MIGRATIONS: dict[int, list[str]] = {
     # items for every insert grew with the run (55 us an insert at 1,000 items, ~2.7 s over a
     # 10,000-unit bench), and a replaced item could repeat a number.
     8: ["CREATE INDEX items_seq ON items (run_id, seq)"],
+    # v9: what a run cost (``usage.cost_usd``, its source, and why it is unknown when it is);
+    # runs recorded before moot priced calls have an unknown cost, and say so.
+    9: [
+        "ALTER TABLE runs ADD COLUMN cost_usd REAL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN cost_source TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE runs ADD COLUMN cost_note TEXT",
+        "UPDATE runs SET cost_usd = NULL, cost_note = 'recorded before moot kept costs'",
+    ],
 }
 """Schema version -> the statements that bring version ``n - 1`` to ``n``."""
 

@@ -154,6 +154,12 @@ class RunStore:
             self._migrate(must_exist)
             # Usage's attempts and cached have columns from schema 6; an older store read as is has none.
             extra = ", attempts, cached" if self._version() >= 6 else ", 0, 0"
+            # Its cost from schema 9; older stores read as is say it was not kept.
+            extra += (
+                ", cost_usd, cost_source, cost_note"
+                if self._version() >= 9
+                else ", NULL, '', 'recorded before moot kept costs'"
+            )
             self._columns = _LIST_COLUMNS + extra
         except sqlite3.DatabaseError as exc:
             self._db_close_quietly()
@@ -436,8 +442,12 @@ class RunStore:
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
             }
-            if self._columns.endswith("attempts, cached"):
+            if ", attempts, cached" in self._columns:
                 fields |= {"attempts": usage.attempts, "cached": usage.cached}
+            if self._columns.endswith("cost_note"):
+                fields |= {"cost_source": usage.cost_source}
+                sets += ["cost_usd = ?", "cost_note = ?"]  # written even when None: unknown is a value
+                params += [usage.cost_usd, usage.cost_note]
         if ended:
             fields["ended_at"] = time.time()
         for name, value in fields.items():
@@ -507,6 +517,7 @@ class RunStore:
     def _record(row: sqlite3.Row | tuple[Any, ...], with_result: bool) -> RunRecord:
         (rid, kind, status, title, model, started, ended, host, pid, argv, config, version) = row[:12]
         calls, prompt, completion, score, summary, error, attempts, cached = row[12:20]
+        cost_usd, cost_source, cost_note = row[20:23]
         if status == "running" and not _alive(host, pid):
             status, error = "interrupted", error or "the process ended without finishing the run"
         return RunRecord(
@@ -528,10 +539,13 @@ class RunStore:
                 completion_tokens=completion,
                 attempts=attempts,
                 cached=cached,
+                cost_usd=cost_usd,
+                cost_source=cost_source or "",
+                cost_note=cost_note,
             ),
             score=score,
             summary=json.loads(redact.text(summary)),
-            result=json.loads(redact.text(row[20])) if with_result and row[20] is not None else None,
+            result=json.loads(redact.text(row[23])) if with_result and row[23] is not None else None,
             error=None if error is None else redact.text(error),
         )
 
@@ -703,11 +717,24 @@ class RunStore:
         an ABSA sentence): what the store holds, as a finished run would count it.
         """
         totals = [0, 0, 0]
+        cost, unknown = 0.0, 0
         for table, paths in (("events", ("$.turn.usage.",)), ("items", ("$.", "$.result.usage."))):
             fields = ", ".join(
                 "SUM(COALESCE(" + ", ".join(f"json_extract(data, '{p}{name}')" for p in paths) + ", 0))"
-                for name in ("calls", "prompt_tokens", "completion_tokens")
+                for name in ("calls", "prompt_tokens", "completion_tokens", "cost_usd")
             )
-            row = self._execute(f"SELECT {fields} FROM {table} WHERE run_id = ?", (run_id,)).fetchone()
-            totals = [t + int(v or 0) for t, v in zip(totals, row, strict=True)]
-        return Usage(calls=totals[0], prompt_tokens=totals[1], completion_tokens=totals[2])
+            # A recorded null cost (an unpriced model) makes the sum unknown, never a silent 0.
+            nulls = " + ".join(f"COALESCE(json_type(data, '{p}cost_usd') = 'null', 0)" for p in paths)
+            row = self._execute(
+                f"SELECT {fields}, SUM({nulls}) FROM {table} WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            totals = [t + int(v or 0) for t, v in zip(totals, row[:3], strict=True)]
+            cost += float(row[3] or 0)
+            unknown += int(row[4] or 0)
+        return Usage(
+            calls=totals[0],
+            prompt_tokens=totals[1],
+            completion_tokens=totals[2],
+            cost_usd=None if unknown else cost,
+            cost_note=f"{unknown} recorded call(s) have no price" if unknown else None,
+        )
