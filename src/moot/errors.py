@@ -23,7 +23,7 @@ structured fields so callers can react without parsing messages::
         │   └── ModelConnectionError   endpoint unreachable / connection dropped
         │       └── ModelTimeoutError  one request exceeded its time limit (.seconds)
         ├── OutputValidationError      output still invalid after the repair request (.raw, .errors)
-        ├── BudgetExceeded             a call or token budget ran out (.kind, .limit, .used)
+        ├── BudgetExceeded             a call, token or US-dollar budget ran out (.kind, .limit, .used)
         └── DebateTimeout              the overall timeout elapsed (.seconds)
 """
 
@@ -376,13 +376,30 @@ class OutputValidationError(RunError):
 
 
 class BudgetExceeded(RunError):
-    """A budget (``calls`` or ``tokens``) ran out before the debate finished."""
+    """A budget (``calls``, ``tokens`` or ``usd``) ran out before the debate finished.
 
-    def __init__(self, kind: str, limit: int, used: int) -> None:
-        super().__init__(f"{kind} budget exhausted: used {used} of {limit}")
+    ``would``: what the refused call could have taken (a reservation refused before it
+    started: the budget is a bound, never passed); None when the budget is simply spent.
+    """
+
+    def __init__(self, kind: str, limit: float, used: float, *, would: float | None = None) -> None:
+        if would is None:
+            message = f"{kind} budget exhausted: used {used} of {limit}"
+        elif kind == "usd":
+            message = (
+                f"usd budget: the next call could cost up to ${would:.5f}, and ${used:.5f} of "
+                f"${limit:g} is spent or reserved"
+            )
+        else:
+            message = (
+                f"{kind} budget: the next call could take up to {would:g} {kind}, and {used:g} of "
+                f"{limit:g} are spent or reserved"
+            )
+        super().__init__(message)
         self.kind = kind
         self.limit = limit
         self.used = used
+        self.would = would
 
 
 class DebateTimeout(RunError):

@@ -483,17 +483,24 @@ class Model(ABC):
 
         return pricing_of(self)
 
-    async def window(self) -> int | None:
-        """The context window in tokens, or None when unknown.
+    def known_window(self) -> int | None:
+        """The context window in tokens when it is known without asking a server, else None.
 
-        ``context_window`` if set, else what the backend knows (the embedded model's ``n_ctx``,
-        a vLLM server's ``max_model_len``: subclasses override), else the price table's field.
+        ``context_window`` (``?context_window=N``) if set, else what the backend holds (the
+        embedded model's ``n_ctx``: subclasses override), else the price table's field.
         """
         if self.context_window is not None:
             return self.context_window
         from .pricing import table_window
 
         return table_window(self)
+
+    async def window(self) -> int | None:
+        """The context window in tokens, asking the server if it must (vLLM's ``max_model_len``).
+
+        The default is :meth:`known_window`; a backend whose server lists its window overrides it.
+        """
+        return self.known_window()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

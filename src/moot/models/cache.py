@@ -350,6 +350,10 @@ class CachedModel(Model):
         """The inner model's (a hit says ``cache`` and costs 0 on its own)."""
         return self.inner.pricing()
 
+    def known_window(self) -> int | None:
+        """The inner model's context window, when known without asking."""
+        return self.inner.known_window()
+
     async def window(self) -> int | None:
         """The inner model's context window."""
         return await self.inner.window()

@@ -401,7 +401,7 @@ class LocalModel(Model):
         apply_cost_options(model, cost_options)
         return model
 
-    async def window(self) -> int | None:
+    def known_window(self) -> int | None:
         """``n_ctx`` (or a smaller ``?context_window=N``): what llama.cpp holds."""
         return min(self.context_window or self.n_ctx, self.n_ctx)
 

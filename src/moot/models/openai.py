@@ -40,9 +40,11 @@ plain JSON moot sends.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import urllib.request
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, Literal, cast, get_args
 from urllib.parse import urlsplit
@@ -362,21 +364,32 @@ class OpenAIModel(SDKModel):
         instance; None when nobody says.
         """
         if self.context_window is None and self._served_window is None:
-            self._served_window = await self._max_model_len()
-        return self.context_window or self._served_window or await super().window()
+            self._served_window = await asyncio.to_thread(self._max_model_len)
+        return self.known_window()
 
-    async def _max_model_len(self) -> int:
-        """This model's ``max_model_len`` in the endpoint's ``/v1/models`` (0: not listed, or no answer)."""
+    def known_window(self) -> int | None:
+        """``?context_window=N``, else the server's ``max_model_len`` once asked, else the price table's."""
+        return self.context_window or self._served_window or super().known_window()
+
+    def _max_model_len(self) -> int:
+        """This model's ``max_model_len`` in the endpoint's ``/v1/models`` (0: not listed, or no answer).
+
+        One small GET (in a worker thread, 5 s at most), asked once per instance and only when a
+        prompt could need the window (:mod:`moot.history`).
+        """
         if self.base_url == DEFAULT_BASE_URL:
             return 0  # OpenAI's own list has no window: the price table's serves
+        url = f"{(self.base_url or DEFAULT_BASE_URL).rstrip('/')}/models"
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self._api_key}"})
         try:
-            page = await self._client().models.list()
-            for entry in page.data:
-                if entry.id == self.model:
-                    value = (entry.model_extra or {}).get("max_model_len")
-                    return int(value) if isinstance(value, int) and value > 0 else 0
-        except Exception as err:  # noqa: BLE001 - a server without /v1/models: the window stays unknown
-            logger.info("%s: no window from %s/models: %s", self.name, self.base_url, err)
+            with urllib.request.urlopen(request, timeout=5.0) as answer:  # noqa: S310 - the user's endpoint
+                data = json.loads(answer.read())
+            for entry in data.get("data") or []:
+                if isinstance(entry, dict) and entry.get("id") == self.model:
+                    value = entry.get("max_model_len")
+                    return value if isinstance(value, int) and value > 0 else 0
+        except (OSError, ValueError, AttributeError) as err:  # no /v1/models: the window stays unknown
+            logger.info("%s: no window from %s: %s", self.name, redact(url, (self._api_key,)), err)
         return 0
 
     async def request(self, request: ModelRequest) -> ModelResponse:
