@@ -7,6 +7,7 @@ body (tests/usage_server.py), except where a test double is the point.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import pytest
@@ -114,7 +115,8 @@ def test_100_debates_with_a_budget_never_pass_it_and_say_budget() -> None:
             try:
                 return await asyncio.gather(*(d.run(t) for d, t in zip(debates, topics, strict=True)))
             finally:
-                await debates[0].aclose()  # one model (one spec) serves them all
+                for debate in debates:
+                    await debate.aclose()
 
         results = asyncio.run(main())
     stopped = [r for r in results if r.fallback and r.fallback.startswith("budget:")]
@@ -202,3 +204,30 @@ def test_estimates_err_high_against_the_servers_count() -> None:
     body = {"messages": [m.model_dump() for m in messages]}
     assert estimate_tokens(None, messages) >= prompt_tokens(body)
     assert Price(0.15, 0.6).cost_usd(1_000_000, 0) == pytest.approx(0.15)
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def test_moot_run_budget_usd_falls_back_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    from moot.cli import main
+
+    with UsageServer(model="gpt-4o-mini", words=60) as server:
+        code = main(["run", "Q?", "--model", _spec(server), "--budget-usd", "0.0004", "--no-store", "--json"])
+    assert code == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["fallback"].startswith("budget: usd budget") and out["usage"]["cost_usd"] <= 0.0004
+
+
+def test_dry_run_prints_the_cost_and_the_window_before_anything_is_spent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from moot.cli import main
+
+    spec = "openai:gpt-4o-mini?base_url=http://127.0.0.1:9/v1&context_window=4096"
+    argv = ["run", "Tea?", "--protocol", "adversarial", "--rounds", "12", "--model", spec, "--dry-run"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "estimate (at most: every reply at its max_tokens): 36 calls" in out
+    assert "window 4,096 tokens" in out and "history shortened to fit" in out
+    assert "cost $0.0" in out

@@ -97,8 +97,10 @@ class UsageServer:
         self._loop.run_forever()
         assert self._server is not None
         self._server.close()
-        for task in asyncio.all_tasks(self._loop):
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
             task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self._loop.close()
 
     def _answer(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -49,6 +49,7 @@ __all__ = [
     "parse_price",
     "price_usage",
     "pricing_of",
+    "spec_pricing",
     "table_window",
 ]
 
@@ -194,6 +195,50 @@ def pricing_of(model: Model) -> Pricing:
         return Pricing(None, "", note, *key)
     # A flat price is multiplied out; a tiered one is asked of the table per call (``provider`` set).
     return Pricing(price, _table_version(), None, *(("", "") if flat else key))
+
+
+def spec_pricing(spec: str) -> tuple[Pricing, int | None]:
+    """How the model a spec names would be priced, and its window when the spec or the table says.
+
+    Nothing is built, loaded or called (``--dry-run`` and ``moot protocols show`` price a debate
+    before anything runs): the same order as :func:`pricing_of`, read from the spec's text.
+
+    Raises:
+        UsageError: a malformed ``price`` or ``context_window`` option.
+    """
+    import urllib.parse
+
+    head, _, query = spec.strip().partition("?")
+    provider, _, name = head.partition(":")
+    options = dict(urllib.parse.parse_qsl(query))
+    window = None
+    if "context_window" in options:
+        raw = options["context_window"].strip()
+        if not (raw.isdigit() and int(raw) > 0):
+            raise UsageError(f"context_window must be a positive number of tokens, got {raw!r}")
+        window = int(raw)
+    if provider == "local":
+        from .local import DEFAULT_N_CTX
+
+        n_ctx = options.get("n_ctx", "")
+        held = int(n_ctx) if n_ctx.isdigit() else DEFAULT_N_CTX
+        window = min(window or held, held)
+    key = (provider, name.strip()) if provider in ("openai", "anthropic") and name.strip() else None
+    if key is not None and window is None:
+        window = _table_lookup(*key)[1]
+    if "price" in options:
+        return Pricing(parse_price(options["price"]), "price="), window
+    if provider in ("local", "test"):
+        return Pricing(Price(0.0, 0.0), provider), window
+    if key is None:
+        return Pricing(
+            None, "", f"no price for {spec}: give one with ?price=IN/OUT (USD per million tokens)"
+        ), window
+    price, _, reason, _ = _table_lookup(*key)
+    if price is None:
+        note = f"no price for {spec}: {reason}; give one with ?price=IN/OUT (USD per million tokens)"
+        return Pricing(None, "", note, *key), window
+    return Pricing(price, _table_version(), None), window
 
 
 def table_window(model: Model) -> int | None:
