@@ -68,10 +68,20 @@ from ._console import ProgressLines, endpoint_line, make_console, print_endpoint
 from ._io import MAX_CONCURRENCY, check_output_dir
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._ray_options import RayOption, RayWorkersOption
-from ._safe import markup
+from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["default_out", "register"]
+
+
+def _print_estimate(config: BenchConfig, task: Any, items: list[Any]) -> None:
+    """``--dry-run``: each method's calls, tokens and cost at most, priced from the model spec."""
+    from ..bench.costs import estimate_methods, format_estimate
+    from ..models.pricing import spec_pricing
+
+    specs = expand_methods(config.methods, config.matched)
+    costs = estimate_methods(specs, task, items, config.model, config.max_tokens)
+    typer.echo(clean(format_estimate(costs, config.model, spec_pricing(config.model)[0].note)))
 
 
 def default_out(task: str, model: str, seed: int, methods: list[str], n: int | None, matched: bool) -> Path:
@@ -269,6 +279,19 @@ def bench(
     max_errors: Annotated[
         int, typer.Option("--max-errors", min=1, help="Stop after this many failed units in a row.")
     ] = 10,
+    budget_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--budget-usd",
+            min=0.000001,
+            help="US dollars this invocation may spend: units that could pass it are not started and "
+            "are left for --resume (which may give a new budget). Needs the model's price.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the calls, tokens and cost at most of the run; call no model."),
+    ] = False,
     exclude_conflict: Annotated[
         bool,
         typer.Option(
@@ -355,10 +378,14 @@ def bench(
     else:
         if resumed is None or _given(ctx, "concurrency") or "concurrency" not in fields:
             fields["concurrency"] = concurrency  # a resume keeps the recorded one unless given
-        config = BenchConfig.model_validate(fields)
+        config = BenchConfig.model_validate(fields | {"budget_usd": budget_usd})  # a resume's own budget
         # Bad methods or data fail here, as one line, not inside the progress display.
         check_deadlines(config.deadlines, expand_methods(config.methods, config.matched))
-        make_task(config.task, exclude_conflict=config.exclude_conflict).items(config.n, config.seed)
+        bench_task = make_task(config.task, exclude_conflict=config.exclude_conflict)
+        bench_items = bench_task.items(config.n, config.seed)
+        if dry_run:
+            _print_estimate(config, bench_task, bench_items)
+            return
         ray = ray_options(ray_address, ray_workers, config.concurrency)
         if ray is None:  # with --ray the model is built on each worker, never loaded here
             from ..models import resolve_model
@@ -447,6 +474,11 @@ def _finish(run: BenchRun, out_dir: Path, console: Console, *, plots: bool, time
         console.print(f"retried {run.retried} failed unit attempts in this invocation")
     if run.timed_out and timeout is not None:
         console.print(f"[yellow]timeout:[/] stopped after --timeout {timeout:g} s")
+    if run.budget_left:
+        console.print(
+            f"[yellow]budget:[/] --budget-usd {run.config.budget_usd:g} reached: {run.budget_left} units "
+            f"not started; continue with --resume {markup(str(out_dir))} (and a new --budget-usd)"
+        )
     if run.stopped:
         last = f"; the last: {markup(run.failures[-1][2])}" if run.failures else ""
         console.print(
