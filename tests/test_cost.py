@@ -231,3 +231,37 @@ def test_dry_run_prints_the_cost_and_the_window_before_anything_is_spent(
     assert "estimate (at most: every reply at its max_tokens): 36 calls" in out
     assert "window 4,096 tokens" in out and "history shortened to fit" in out
     assert "cost $0.0" in out
+
+
+# -- every door ------------------------------------------------------------------------------------
+
+
+def _priced_double() -> FunctionModel:
+    model = FunctionModel(lambda req: {**schema_instance(req.json_schema or {}), "answer": "word " * 30})
+    model.price = Price(1000.0, 1000.0)  # US dollars per million "tokens" (words, for a test double)
+    return model
+
+
+def test_the_langgraph_node_and_subgraph_keep_budget_usd() -> None:
+    pytest.importorskip("langgraph")
+    from moot.integrations.langgraph import build_debate_graph, debate_node
+
+    node = debate_node("answer", model=_priced_double(), budget_usd=0.5)
+    out = asyncio.run(node({"topic": "Q?"}))
+    found = out["debate"]
+    result = found if isinstance(found, dict) else found.model_dump(mode="json")
+    assert result["fallback"].startswith("budget: usd budget") and result["usage"]["cost_usd"] <= 0.5
+    graph = build_debate_graph("answer", model=_priced_double(), budget_usd=0.5)
+    data = asyncio.run(graph.ainvoke({"topic": "Q?"}))["result"]
+    assert data["fallback"].startswith("budget: usd budget") and data["usage"]["cost_usd"] <= 0.5
+    with pytest.raises(UsageError, match="budget_usd"):
+        debate_node(Debate("answer"), budget_usd=1.0)
+
+
+def test_absa_and_arbitration_take_budget_usd() -> None:
+    from moot.absa.config import AbsaConfig
+    from moot.arbitration import arbitrate_sync
+
+    assert AbsaConfig(budget_usd=0.25).protocol().budget.max_usd == 0.25
+    with pytest.raises(UsageError, match="budget_usd"):
+        arbitrate_sync([], debate=Debate("arbitration"), budget_usd=1.0, model=None)
