@@ -265,3 +265,26 @@ def test_absa_and_arbitration_take_budget_usd() -> None:
     assert AbsaConfig(budget_usd=0.25).protocol().budget.max_usd == 0.25
     with pytest.raises(UsageError, match="budget_usd"):
         arbitrate_sync([], debate=Debate("arbitration"), budget_usd=1.0, model=None)
+
+
+def test_traces_carry_the_cost() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from moot.app.tracing import DebateTracer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    result = Debate("answer", model=_priced_double()).run_sync("Q?", on_event=tracer.on_event)
+    provider.shutdown()
+    spans = exporter.get_finished_spans()
+    chats = [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "chat"]
+    assert chats and all((s.attributes or {}).get("moot.cost_usd", 0) > 0 for s in chats)
+    total = sum((s.attributes or {})["moot.cost_usd"] for s in chats)
+    assert total == pytest.approx(result.usage.cost_usd)
+    (root,) = [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "invoke_workflow"]
+    assert (root.attributes or {})["moot.cost_usd"] == pytest.approx(result.usage.cost_usd)

@@ -236,6 +236,8 @@ class DebateRun:
                 self.result.verdict = turn
             elif turn.phase == "moderator":
                 self.result.rounds[turn.round - 1].moderator = turn
+            elif turn.phase == "summary":  # a history summary (moot.history): made once, kept
+                self.result.rounds[turn.round - 1].summary = turn
             else:
                 self.result.rounds[turn.round - 1].turns.append(turn)
                 self._stage_of[id(turn)] = stage

@@ -492,6 +492,10 @@ class DebateTracer:
             "moot.status": status,
             "moot.rounds": len(result.rounds),
         }
+        if result.usage.cost_usd is not None:  # what the debate cost (unknown: why)
+            attrs["moot.cost_usd"] = result.usage.cost_usd
+        elif result.usage.cost_note:
+            attrs["moot.cost_note"] = result.usage.cost_note
         if result.failed_turns:
             attrs["moot.failed_turns"] = result.failed_turns
         if result.cancelled_turns:
