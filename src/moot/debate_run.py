@@ -558,7 +558,7 @@ class DebateRun:
             window = await self._window_for(model, messages, p.max_tokens_per_turn)
             if window is None:
                 continue
-            tokens = estimate_tokens(model, messages)
+            tokens = estimate_tokens(None, messages)  # characters: no model is loaded before the run
             if tokens + p.max_tokens_per_turn > window:
                 raise UsageError(
                     f"the topic and context alone take ~{tokens} tokens: with {p.max_tokens_per_turn} "
@@ -598,12 +598,13 @@ class DebateRun:
     ) -> Fitted:
         """The call's messages with a history that fits the window and the ``history`` option."""
         spec = self.protocol.history
-        window = await self._window_for(model, build(visible, ""), max_tokens)
+        whole = build(visible, "")
+        window = await self._window_for(model, whole, max_tokens)
         limit = None if window is None else window - max_tokens
         if tighter is not None:
             limit = tighter if limit is None else min(limit, tighter)
         if limit is None and (spec is None or spec.max_tokens is None):
-            return Fitted(build(visible, ""), 0, 0)
+            return Fitted(whole, 0, 0)  # nothing bounds it: sent as built
         fitted = fit_turns(model, visible, build, prompt_limit=limit, spec=spec)
         if fitted.left_out:
             shortened = self.result.metrics.setdefault(
