@@ -75,3 +75,26 @@ def test_dry_run_prints_each_methods_cost_at_most(tmp_path: Path, capsys: pytest
     assert "estimate on openai:gpt-4o-mini (at most" in out
     assert "single: 10 calls" in out and "society:3:2: 60 calls" in out and "total: $" in out
     assert not (tmp_path / "o").exists()  # nothing run, nothing written
+
+
+def test_matched_by_cost_gives_the_vote_the_debates_money(tmp_path: Path) -> None:
+    from moot.bench.summary import comparisons
+
+    config = BenchConfig(
+        task="arithmetic",
+        methods=["single", "society:3:2"],
+        n=4,
+        model="openai:gpt-4o-mini",  # priced from its spec; the oracle answers
+        matched=True,
+        matched_by="cost",
+    )
+    run = asyncio.run(run_bench(config, model=oracle(right), out=tmp_path / "m"))
+    names = [s.name for s in run.specs]
+    votes = [s for s in run.specs if s.matches == "society:3:2"]
+    assert len(votes) == 1 and votes[0].agents > 6  # histories make a debate's 6 calls dearer than 6 samples
+    assert run.config.matched_votes == {"society:3:2": votes[0].agents} and votes[0].name in names
+    assert ("society:3:2", votes[0].name) in {(t.a, t.b) for t in comparisons(run.specs, run.records)}
+    by_calls = asyncio.run(
+        run_bench(config.model_copy(update={"matched_by": "calls"}), model=oracle(right), out=tmp_path / "c")
+    )
+    assert "vote:6" in [s.name for s in by_calls.specs]

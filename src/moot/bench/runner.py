@@ -43,10 +43,10 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
 import orjson
 
@@ -117,7 +117,15 @@ class BenchConfig(BaseModel):
     max_tokens: int | None = Field(256, ge=1, le=MAX_TOKENS_PER_CALL)
     """Cap on generated tokens per plain call; None keeps the backend's."""
     matched: bool = False
-    """Add a ``vote:K`` with as many calls as each debate method."""
+    """Add a ``vote:K`` matched to each debate method: as many calls (``matched_by: calls``) or as
+    much money (``matched_by: cost``)."""
+    matched_by: Literal["calls", "cost"] = "calls"
+    """What a matched vote matches: the debate's calls, or its cost (``--matched-by cost``: K is
+    the debate's estimated cost per item over one call's, :mod:`moot.bench.costs`; it differs from
+    the calls when prompts grow with the history or the personas' models are priced differently)."""
+    matched_votes: dict[str, int] = Field(default_factory=dict)
+    """For ``matched_by: cost``, each debate method's K, set once when the run starts (so a resume
+    and a report rebuild the same methods)."""
     exclude_conflict: bool = False
     """ABSA: leave out aspects labelled ``conflict`` (counted in the report) instead of scoring the class."""
     max_errors: int = Field(10, ge=1)
@@ -178,8 +186,12 @@ def read_run_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def expand_methods(methods: Iterable[str], matched: bool = False) -> list[MethodSpec]:
+def expand_methods(
+    methods: Iterable[str], matched: bool = False, votes: Mapping[str, int] | None = None
+) -> list[MethodSpec]:
     """Parse method specs, drop duplicates, and add matched votes after each debate if asked.
+
+    ``votes``: each debate's matched K when it is not its call count (``matched_by: cost``).
 
     Raises:
         UsageError: a malformed or unknown method, or none at all.
@@ -190,12 +202,37 @@ def expand_methods(methods: Iterable[str], matched: bool = False) -> list[Method
             continue
         spec = parse_method(text)
         out.setdefault(spec.name, spec)
-        vote = matched_vote(spec) if matched else None
+        vote = matched_vote(spec, (votes or {}).get(spec.name)) if matched else None
         if vote is not None:
             out.setdefault(vote.name, vote)
     if not out:
         raise UsageError("no methods given; e.g. --methods single,vote:3,society:3:2")
     return list(out.values())
+
+
+def match_by_cost(config: BenchConfig, task: Task) -> BenchConfig:
+    """``config`` with each debate's cost-matched K set (``matched_by: cost``), if not set yet.
+
+    Raises:
+        UsageError: the model has no price (or a zero one): nothing to match.
+    """
+    if not config.matched or config.matched_by != "cost" or config.matched_votes:
+        return config
+    from .costs import estimate_methods
+
+    items = task.items(config.n, config.seed)
+    specs = expand_methods(config.methods)
+    single = parse_method("single")
+    costs = estimate_methods([single, *specs], task, items, config.model, config.max_tokens)
+    one = costs[0].cost_usd
+    if not one:
+        raise UsageError(f"--matched-by cost needs a priced model; {config.model} costs {one}")
+    votes = {
+        spec.name: max(1, round((cost.cost_usd or 0.0) / one))
+        for spec, cost in zip(specs, costs[1:], strict=True)
+        if spec.is_debate
+    }
+    return config.model_copy(update={"matched_votes": votes})
 
 
 def check_deadlines(deadlines: dict[str, float], specs: Iterable[MethodSpec]) -> None:
@@ -632,7 +669,8 @@ async def run_bench(
     out = Path(out)
     observer = observer or RunObserver()
     task = task or make_task(config.task, exclude_conflict=config.exclude_conflict)
-    specs = expand_methods(config.methods, config.matched)
+    config = match_by_cost(config, task)
+    specs = expand_methods(config.methods, config.matched, config.matched_votes)
     if config.budget_usd is not None and spec_pricing(config.model)[0].price is None:
         raise UsageError(f"--budget-usd needs the model's price: {spec_pricing(config.model)[0].note}")
     check_deadlines(config.deadlines, specs)

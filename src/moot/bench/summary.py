@@ -272,7 +272,7 @@ def comparisons(specs: Sequence[MethodSpec], records: Sequence[ItemRecord]) -> l
     for spec in specs:
         if spec.name != "single" and "single" in names:
             pairs.append((spec.name, "single"))
-        vote = f"vote:{spec.nominal_calls}"
+        vote = next((s.name for s in specs if s.matches == spec.name), f"vote:{spec.nominal_calls}")
         if spec.is_debate and vote in names:
             pairs.append((spec.name, vote))
     out = []

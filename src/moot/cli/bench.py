@@ -53,6 +53,7 @@ from ..bench.runner import (
     check_deadlines,
     expand_methods,
     load_records,
+    match_by_cost,
     read_run_file,
     run_bench,
 )
@@ -74,12 +75,18 @@ from ._store_options import NoStoreOption, StoreOption
 __all__ = ["default_out", "register"]
 
 
+def _matched_by(value: str) -> str:
+    if value not in ("calls", "cost"):
+        raise UsageError(f"--matched-by must be calls or cost, not {value!r}")
+    return value
+
+
 def _print_estimate(config: BenchConfig, task: Any, items: list[Any]) -> None:
     """``--dry-run``: each method's calls, tokens and cost at most, priced from the model spec."""
     from ..bench.costs import estimate_methods, format_estimate
     from ..models.pricing import spec_pricing
 
-    specs = expand_methods(config.methods, config.matched)
+    specs = expand_methods(config.methods, config.matched, config.matched_votes)
     costs = estimate_methods(specs, task, items, config.model, config.max_tokens)
     typer.echo(clean(format_estimate(costs, config.model, spec_pricing(config.model)[0].note)))
 
@@ -197,7 +204,7 @@ def _report_only(out: Path) -> BenchRun:
         raise UsageError(f"no {RUN_FILE} in {out}: nothing to report")
     data = read_run_file(meta)
     config = BenchConfig.model_validate({k: v for k, v in data.items() if k in BenchConfig.model_fields})
-    specs = expand_methods(config.methods, config.matched)
+    specs = expand_methods(config.methods, config.matched, config.matched_votes)
     task = make_task(config.task, exclude_conflict=config.exclude_conflict)
     items = task.items(config.n, config.seed)
     by_key = {(r.item_id, r.method): r for r in load_records(out / RESULTS_FILE)}
@@ -263,6 +270,14 @@ def bench(
     matched: Annotated[
         bool, typer.Option("--matched", help="Add a vote with as many calls as each debate method.")
     ] = False,
+    matched_by: Annotated[
+        str,
+        typer.Option(
+            "--matched-by",
+            help="With --matched: calls (as many calls) or cost (as much money, from the model's price: "
+            "histories make a debate's calls dearer than a vote's).",
+        ),
+    ] = "calls",
     early_stop: Annotated[
         bool, typer.Option("--early-stop", help="Societies stop once all agents agree after a round.")
     ] = False,
@@ -352,6 +367,7 @@ def bench(
         "temperature": temperature,
         "max_tokens": max_tokens,
         "matched": matched,
+        "matched_by": _matched_by(matched_by),
         "max_errors": max_errors,
         "exclude_conflict": exclude_conflict,
     }
@@ -380,9 +396,12 @@ def bench(
             fields["concurrency"] = concurrency  # a resume keeps the recorded one unless given
         config = BenchConfig.model_validate(fields | {"budget_usd": budget_usd})  # a resume's own budget
         # Bad methods or data fail here, as one line, not inside the progress display.
-        check_deadlines(config.deadlines, expand_methods(config.methods, config.matched))
         bench_task = make_task(config.task, exclude_conflict=config.exclude_conflict)
         bench_items = bench_task.items(config.n, config.seed)
+        config = match_by_cost(config, bench_task)
+        check_deadlines(
+            config.deadlines, expand_methods(config.methods, config.matched, config.matched_votes)
+        )
         if dry_run:
             _print_estimate(config, bench_task, bench_items)
             return
