@@ -206,6 +206,7 @@ MIGRATIONS: dict[int, list[str]] = {
     # 10,000-unit bench), and a replaced item could repeat a number.
     8: ["CREATE INDEX items_seq ON items (run_id, seq)"],
     # v9: what a run cost (``usage.cost_usd``, its source, and why it is unknown when it is);
+    # (merging after the storage work's v9, record digests: this one becomes v10, unchanged)
     # runs recorded before moot priced calls have an unknown cost, and say so.
     9: [
         "ALTER TABLE runs ADD COLUMN cost_usd REAL DEFAULT 0",

@@ -154,10 +154,13 @@ class RunStore:
             self._migrate(must_exist)
             # Usage's attempts and cached have columns from schema 6; an older store read as is has none.
             extra = ", attempts, cached" if self._version() >= 6 else ", 0, 0"
-            # Its cost from schema 9; older stores read as is say it was not kept.
+            # Its cost from the schema that added these columns; older stores read as is say it
+            # was not kept. Found by the column, not the version number (migrations of other work
+            # may come before it).
+            costs = any(row[1] == "cost_usd" for row in self._db.execute("PRAGMA table_info(runs)"))
             extra += (
                 ", cost_usd, cost_source, cost_note"
-                if self._version() >= 9
+                if costs
                 else ", NULL, '', 'recorded before moot kept costs'"
             )
             self._columns = _LIST_COLUMNS + extra
