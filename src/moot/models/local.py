@@ -36,7 +36,7 @@ from typing import Any
 
 from ..errors import ContextLengthExceeded, MissingDependencyError, ModelError, UsageError, context_window_in
 from .base import Model, ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
-from .pricing import COST_OPTIONS, apply_cost_options
+from .pricing import COST_OPTIONS, LOCAL_N_CTX, apply_cost_options
 
 __all__ = [
     "bound_schema",
@@ -49,7 +49,7 @@ __all__ = [
     "default_threads",
 ]
 
-DEFAULT_N_CTX = 4096
+DEFAULT_N_CTX = LOCAL_N_CTX
 """Context window in tokens (SmolLM2 was trained on 8192; 4096 keeps memory low)."""
 DEFAULT_TEMPERATURE = 0.2
 """Used when a request leaves ``temperature`` unset: SmolLM2's model card recommends 0.2,

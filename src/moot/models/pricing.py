@@ -58,6 +58,9 @@ logger = logging.getLogger(__name__)
 COST_OPTIONS = ("price", "context_window")
 """The spec options every backend accepts for cost and window (``?price=0.15/0.60&context_window=8192``)."""
 
+LOCAL_N_CTX = 4096
+"""The embedded model's default context window (``moot.models.local.DEFAULT_N_CTX`` is this)."""
+
 CHARS_PER_TOKEN = 3.0
 """Characters a token when no tokenizer is at hand: fewer than English's ~4, so estimates err high."""
 MESSAGE_OVERHEAD_TOKENS = 4
@@ -218,10 +221,8 @@ def spec_pricing(spec: str) -> tuple[Pricing, int | None]:
             raise UsageError(f"context_window must be a positive number of tokens, got {raw!r}")
         window = int(raw)
     if provider == "local":
-        from .local import DEFAULT_N_CTX
-
         n_ctx = options.get("n_ctx", "")
-        held = int(n_ctx) if n_ctx.isdigit() else DEFAULT_N_CTX
+        held = int(n_ctx) if n_ctx.isdigit() else LOCAL_N_CTX
         window = min(window or held, held)
     key = (provider, name.strip()) if provider in ("openai", "anthropic") and name.strip() else None
     if key is not None and window is None:
