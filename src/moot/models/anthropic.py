@@ -38,6 +38,7 @@ from .base import (
     spec_cap,
     split_spec_options,
 )
+from .pricing import COST_OPTIONS, apply_cost_options
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "DEFAULT_MAX_TOKENS", "AnthropicModel", "map_anthropic_error"]
 
@@ -163,9 +164,10 @@ class AnthropicModel(SDKModel):
         Raises:
             UsageError: an unknown option, a bad timeout or cap.
         """
-        name, options = split_spec_options(rest, ("timeout", "max_concurrency"))
+        name, options = split_spec_options(rest, ("timeout", "max_concurrency", *COST_OPTIONS))
         timeout = float(options["timeout"]) if "timeout" in options else None
-        return cls(name or DEFAULT_ANTHROPIC_MODEL, timeout=timeout, max_concurrency=spec_cap(options))
+        model = cls(name or DEFAULT_ANTHROPIC_MODEL, timeout=timeout, max_concurrency=spec_cap(options))
+        return apply_cost_options(model, options)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Send one Messages API call.

@@ -34,8 +34,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import MissingDependencyError, ModelError, UsageError
+from ..errors import ContextLengthExceeded, MissingDependencyError, ModelError, UsageError, context_window_in
 from .base import Model, ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
+from .pricing import COST_OPTIONS, LOCAL_N_CTX, apply_cost_options
 
 __all__ = [
     "bound_schema",
@@ -48,7 +49,7 @@ __all__ = [
     "default_threads",
 ]
 
-DEFAULT_N_CTX = 4096
+DEFAULT_N_CTX = LOCAL_N_CTX
 """Context window in tokens (SmolLM2 was trained on 8192; 4096 keeps memory low)."""
 DEFAULT_TEMPERATURE = 0.2
 """Used when a request leaves ``temperature`` unset: SmolLM2's model card recommends 0.2,
@@ -327,6 +328,9 @@ class LocalModel(Model):
     max_concurrency = 1
     adaptive_concurrency = False
 
+    free_cost_source = "local"
+    """Runs on this machine: no provider bills it (``?price=`` still sets a price, e.g. for power)."""
+
     def __init__(
         self,
         path: str | os.PathLike[str] | None = None,
@@ -371,8 +375,9 @@ class LocalModel(Model):
             UsageError: an unknown or malformed option (see the module docstring).
         """
         path, options = split_spec_options(
-            rest, ("n_gpu_layers", "n_threads", "n_threads_batch", "n_ctx", "seed")
+            rest, ("n_gpu_layers", "n_threads", "n_threads_batch", "n_ctx", "seed", *COST_OPTIONS)
         )
+        cost_options = {k: options.pop(k) for k in COST_OPTIONS if k in options}
         minimum = {"n_gpu_layers": -1, "n_threads": 1, "n_threads_batch": 1, "n_ctx": 16, "seed": 0}
         kwargs: dict[str, Any] = {}
         for key, raw in options.items():
@@ -384,7 +389,13 @@ class LocalModel(Model):
                 raise UsageError(f"model option {key} must be >= {minimum[key]}, got {raw}")
         # The spec, options included, stays the name: two option sets are two models.
         name = f"local:{rest}" if path else ("local" + rest if rest else None)
-        return cls(path or None, name=name, **kwargs)
+        model = cls(path or None, name=name, **kwargs)
+        apply_cost_options(model, cost_options)
+        return model
+
+    def known_window(self) -> int | None:
+        """``n_ctx`` (or a smaller ``?context_window=N``): what llama.cpp holds."""
+        return min(self.context_window or self.n_ctx, self.n_ctx)
 
     @property
     def loaded(self) -> bool:
@@ -477,6 +488,9 @@ class LocalModel(Model):
             try:
                 completion = llm.create_chat_completion(**kwargs)
             except Exception as err:  # noqa: BLE001 - llama.cpp raises ValueError/RuntimeError freely
+                too_long, window = context_window_in(None, str(err))
+                if too_long:  # "Requested tokens (N) exceed context window of M": its own kind
+                    raise ContextLengthExceeded(400, str(err), model=self.name, window=window) from err
                 raise ModelError(
                     f"{self.name}: llama.cpp failed: {type(err).__name__}: {err}", model=self.name
                 ) from err
