@@ -74,8 +74,8 @@ def recount(out: Path) -> list[tuple[str, str, str]]:
     for method in [*by_method, *(m for m in fell if m not in by_method)]:
         rows = by_method[method]
         cells = table.get(f"`{method}`", [])
-        if len(cells) >= 13:  # reports written since the "fell back" column exists
-            checks.append((method, str(fell[method]), cells[12]))
+        if len(cells) >= 13:  # reports written since the "fell back" column (the last) follows USD/item
+            checks.append((method, str(fell[method]), cells[-1]))
         n = len(rows)
         if not n:
             continue

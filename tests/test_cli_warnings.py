@@ -37,7 +37,8 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultServer]:
 
 
 def _spec(server: FaultServer, name: str) -> str:
-    return f"openai:{name}?base_url={server.url}"
+    # Priced, so the only warnings are the ones under test (an unlisted model says it has no price).
+    return f"openai:{name}?base_url={server.url}&price=0/0"
 
 
 @pytest.mark.parametrize("quiet", [[], ["--quiet"]], ids=["says", "quiet"])

@@ -195,7 +195,7 @@ def test_openai_client_non_streaming(served: Served, upstream: Upstream) -> None
         text=True,
         check=True,
     )
-    listed = {r["id"]: r for r in json.loads(out.stdout)}
+    listed = {r["id"]: r for r in json.loads(out.stdout)["runs"]}
     assert listed[moot["run_id"]]["usage"]["prompt_tokens"] == prompt
 
 

@@ -73,7 +73,7 @@ def test_a_non_json_row_is_listed_as_damaged_and_showing_it_is_one_error(
     assert f"run {bad_config[:8]} is damaged: its config is not JSON" in out
     assert f"run {bad_result[:8]} is damaged" not in out  # lists read no result
     assert main(["runs", "list", "--json", "--store", str(store)]) == 0
-    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert set(rows) == {good, bad_config, bad_result}
     assert rows[good]["damage"] is None and "config is not JSON" in rows[bad_config]["damage"]
     for bad, what in ((bad_config, "config"), (bad_result, "result")):

@@ -52,6 +52,7 @@ from .contradictions import (
 )
 from .deadline import Deadline, timeout_scope
 from .engine import Debate, DebateRun, EventCallback
+from .errors import UsageError
 from .human_review import HumanDecision, ReviewMode, ask_human, check_mode, require_checkpointer, run_once
 from .models import ModelLike, default_model_spec, resolve_model
 from .models.base import Usage
@@ -257,6 +258,7 @@ async def arbitrate(
     on_event: EventCallback | None = None,
     store: Any = None,
     cache: Any = None,
+    budget_usd: float | None = None,
 ) -> ArbitrationResult:
     """Detect contradictions, arbitrate each with one call, and build the consensus.
 
@@ -285,7 +287,17 @@ async def arbitrate(
         cache: answer model requests from a response cache (:mod:`moot.models.cache`): a cache
             file, a ``ResponseCache``, or True for ``$MOOT_CACHE`` / ``./.moot/cache.db``; None
             (the default: ``debate``'s cache, if any).
+        budget_usd: US dollars each contradiction's arbitration may cost (its call reserves its
+            most first, :mod:`moot.budget`); one that could pass it gets no ruling (flagged for
+            review). Not with ``debate``, which keeps its own.
+
+    Raises:
+        UsageError: ``budget_usd`` together with ``debate``.
     """
+    if budget_usd is not None:
+        if debate is not None:
+            raise UsageError("pass budget_usd= to the Debate, not to arbitrate(), when giving a Debate")
+        debate = Debate("arbitration", model=model, budget_usd=budget_usd)
     if cache is None and debate is not None:
         cache = debate.cache
     parsed = [r if isinstance(r, AgentReport) else AgentReport.model_validate(r) for r in reports]
@@ -459,7 +471,10 @@ async def _run_all(
 
 def arbitrate_sync(reports: Sequence[AgentReport | dict[str, Any]], **kwargs: Any) -> ArbitrationResult:
     """Blocking wrapper around :func:`arbitrate` (same arguments)."""
-    debate = kwargs.pop("debate", None) or Debate("arbitration", model=kwargs.pop("model", None))
+    budget_usd, given = kwargs.pop("budget_usd", None), kwargs.pop("debate", None)
+    if given is not None and budget_usd is not None:
+        raise UsageError("pass budget_usd= to the Debate, not to arbitrate_sync(), when giving a Debate")
+    debate = given or Debate("arbitration", model=kwargs.pop("model", None), budget_usd=budget_usd)
 
     async def main() -> ArbitrationResult:
         try:
@@ -562,6 +577,7 @@ def arbitration_node(
     timeout_s: float | None = DEFAULT_TIMEOUT,
     concurrency: int = 4,
     store: Any = None,
+    budget_usd: float | None = None,
 ) -> Callable[[Any], Awaitable[dict[str, Any]]]:
     """Seed 004's debate node for a LangGraph graph: arbitrate the reports in the state.
 
@@ -585,7 +601,7 @@ def arbitration_node(
             checkpointer.
     """
     mode = check_mode(human_review)
-    arbiter = debate or Debate("arbitration", model=model, store=store)
+    arbiter = debate or Debate("arbitration", model=model, store=store, budget_usd=budget_usd)
 
     def progress(stage: str, status: str, data: Any = None, latency_ms: float | None = None) -> None:
         graph_stream.write(

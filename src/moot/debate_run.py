@@ -32,14 +32,17 @@ import moot.consensus as consensus
 import moot.observe as observe
 
 from ._ids import new_id
+from .budget import Ledger, check_priced
 from .deadline import Deadline, timeout_scope
-from .errors import BudgetExceeded, ModelError
+from .errors import BudgetExceeded, ContextLengthExceeded, ModelError, UsageError
+from .history import SMALLEST_WINDOW, Fitted, fit_turns, summary_task
 from .models import Model
 from .models.base import CallStats, Message
+from .models.pricing import CHARS_PER_TOKEN, estimate_tokens
 from .prompting import build_messages, render_context
 from .protocol import JudgeSpec, Protocol
 from .schemas import get_output
-from .structured import OnRequest, ask
+from .structured import OnRequest, Outcome, ask
 from .transcript import DebateResult, Event, EventKind, Persona, RequestRecord, Round, Timings, Turn
 from .turns import cancelled_turn, trim, turn_from
 
@@ -96,6 +99,11 @@ class DebateRun:
             timings=Timings(started_at=time.time()),
         )
         self._calls_started = 0
+        self.ledger = Ledger(self.protocol.budget, lambda: self.result.usage)
+        """Tokens and US dollars spent, in flight and reserved (:mod:`moot.budget`)."""
+        self._windows: dict[str, int] = {}  # model name -> window asked or learned (0: unknown)
+        self._summary_lock = asyncio.Lock()  # one summary per round, made by whoever needs it first
+        self._warned_window = False
         self._given = deadline  # the caller's; begin() nests the debate's own budget under it
         self.deadline: Deadline | None = None
         """The run's deadline once :meth:`begin` set it: the earlier of its budget and the caller's."""
@@ -186,6 +194,9 @@ class DebateRun:
     async def begin(self) -> None:
         """Attach the observers, emit ``debate_started``, start the deadline and open round 1."""
         self.observe()
+        # A budget in US dollars with an unpriced model cannot be kept: a usage error, before any call.
+        check_priced(self.protocol.budget, [self.debate.model_for(k) for k in self.protocol.personas])
+        await self._check_window()
         self._t0 = time.perf_counter()
         own = await self.debate.timeout_s()
         self.deadline = deadline = Deadline.within(own, self._given)
@@ -225,6 +236,8 @@ class DebateRun:
                 self.result.verdict = turn
             elif turn.phase == "moderator":
                 self.result.rounds[turn.round - 1].moderator = turn
+            elif turn.phase == "summary":  # a history summary (moot.history): made once, kept
+                self.result.rounds[turn.round - 1].summary = turn
             else:
                 self.result.rounds[turn.round - 1].turns.append(turn)
                 self._stage_of[id(turn)] = stage
@@ -290,8 +303,8 @@ class DebateRun:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     task.result()  # re-raise what a turn could not record as a failed turn
-                if self.fallback is not None:
-                    break
+                if self.fallback is not None and not self.fallback.startswith("budget:"):
+                    break  # (a budget stop lets the turns in flight finish: their cost is reserved)
         finally:
             for task in pending:
                 task.cancel()
@@ -422,17 +435,26 @@ class DebateRun:
     ) -> Turn:
         output_type = get_output(output)
         model = self.debate.model_for(persona.key)
-        messages = build_messages(
-            prompt=prompt,
-            topic=self.topic,
-            context=self.context_json,
-            persona=persona,
-            section=section,
-            turns=visible,
-            task=task,
-            output_type=output_type,
-            max_tokens=max_tokens,
-        )
+        spec = self.protocol.history
+        if spec is not None and spec.strategy == "summarize" and phase != "summary":
+            # Speakers read the latest finished round whole; moderator and judge, the current one.
+            visible = await self._summarized(visible, rnd - 2 if phase == "turn" else rnd - 1)
+
+        def build(turns: list[Turn], note: str) -> list[Message]:
+            return build_messages(
+                prompt=prompt,
+                topic=self.topic,
+                context=self.context_json,
+                persona=persona,
+                section=section,
+                turns=turns,
+                task=task + note,
+                output_type=output_type,
+                max_tokens=max_tokens,
+            )
+
+        fitted = await self._fit(model, visible, build, max_tokens)
+        messages = fitted.messages
         await self.emit("turn_started", round=rnd, speaker=persona.key, phase=phase)
         retries: list[str] = []
 
@@ -441,8 +463,17 @@ class DebateRun:
 
         stats = CallStats()
         started = time.perf_counter()
-        try:
-            outcome = await ask(
+        attempt = 0
+
+        def before_call() -> None:
+            # Reserve this request's most before it starts (a round's turns run together).
+            nonlocal attempt
+            self.ledger.reserve(stats, model, messages, max_tokens, attempt)
+            attempt += 1
+            self._before_call()
+
+        def asking() -> Awaitable[Outcome]:
+            return ask(
                 model,
                 messages,
                 output_type,
@@ -450,17 +481,41 @@ class DebateRun:
                 temperature=self.protocol.temperature,
                 metadata={"speaker": persona.key, "round": rnd, "phase": phase, "debate": self.id},
                 retry=self.protocol.retry,
-                before_call=self._before_call,
+                before_call=before_call,
                 on_retry=on_retry,
                 stats=stats,
                 validation_context={"topic": self.topic},
                 on_request=self._request_events(persona.key, rnd, phase) if self.listened else None,
                 deadline=self.deadline,
             )
+
+        try:
+            outcome = await asking()
+            too_long = outcome.exception
+            if isinstance(too_long, ContextLengthExceeded):
+                # Not sent again as it was: once more with a history that fits what the server said.
+                tokens = fitted.tokens or estimate_tokens(model, messages)
+                limit = self._learn_window(model, too_long, max_tokens, tokens)
+                fitted = await self._fit(model, visible, build, max_tokens, tighter=limit)
+                messages, attempt = fitted.messages, 0
+                logger.warning(
+                    "%s refused a prompt as longer than its context window: %s's turn was sent again "
+                    "with %d earlier turns left out",
+                    model.name,
+                    persona.key,
+                    fitted.left_out,
+                )
+                outcome = await asking()
         except asyncio.CancelledError:
             # The run stopped (deadline, a sibling's fallback) with this call in flight: keep the
             # turn, marked cancelled, with the requests it already sent in the usage.
             self._record_cancelled(persona, phase, rnd, output, model, stats, started, messages)
+            raise
+        except BudgetExceeded:
+            if stats.usage.attempts or stats.usage.calls:  # a repair refused: its first request counts
+                self._record_cancelled(persona, phase, rnd, output, model, stats, started, messages)
+            else:
+                self.ledger.release(stats)
             raise
         for msg in retries:
             await self.emit("retry", round=rnd, speaker=persona.key, message=msg)
@@ -468,7 +523,7 @@ class DebateRun:
         turn.sent = messages
         if turn.ok:
             trim(turn, model, max_tokens)
-        self._account(turn)
+        self._account(turn, stats)
         if not turn.ok:
             self.result.failed_turns += 1
             # INFO: the result, its events and every interface show a failed turn; what the CLI
@@ -479,6 +534,148 @@ class DebateRun:
             await self.emit("error", round=rnd, speaker=persona.key, message=turn.error)
         return turn
 
+    # -- history that fits the window (moot.history) ------------------------------------------------
+    async def _check_window(self) -> None:
+        """A topic and context that alone pass a speaker's window: one usage error, before any call.
+
+        Raises:
+            UsageError: a speaker's first prompt, with no history, does not fit its model's window.
+        """
+        p = self.protocol
+        for key in p.speakers():
+            model = self.debate.model_for(key)
+            messages = build_messages(
+                prompt=p.prompt_for(key),
+                topic=self.topic,
+                context=self.context_json,
+                persona=p.personas[key],
+                section="HISTORY",
+                turns=[],
+                task=p.task_for(key, 1),
+                output_type=get_output(p.output_for(key)),
+                max_tokens=p.max_tokens_per_turn,
+            )
+            window = await self._window_for(model, messages, p.max_tokens_per_turn)
+            if window is None:
+                continue
+            tokens = estimate_tokens(None, messages)  # characters: no model is loaded before the run
+            if tokens + p.max_tokens_per_turn > window:
+                raise UsageError(
+                    f"the topic and context alone take ~{tokens} tokens: with {p.max_tokens_per_turn} "
+                    f"for the reply they pass {model.name}'s {window}-token context window "
+                    "(shorten them, or use a model with a larger window)"
+                )
+
+    async def _window_for(self, model: Model, messages: list[Message], max_tokens: int) -> int | None:
+        """The window a prompt must fit in, or None (unknown, or the prompt is far below any window)."""
+        if model.name in self._windows:
+            return self._windows[model.name] or None
+        known = model.known_window()
+        if known is not None:
+            return known
+        rough = sum(len(m.content) for m in messages) / CHARS_PER_TOKEN
+        if rough + max_tokens < SMALLEST_WINDOW:
+            return None  # any window in use holds it: no need to ask the server yet
+        window = await model.window()
+        self._windows[model.name] = window or 0
+        return window
+
+    def _learn_window(self, model: Model, err: ContextLengthExceeded, max_tokens: int, tokens: int) -> int:
+        """A tighter prompt limit after the server refused a prompt of ~``tokens`` tokens as too long."""
+        if err.window:
+            self._windows[model.name] = err.window
+            return int(min(err.window - max_tokens, tokens) * 0.75)
+        return tokens // 2
+
+    async def _fit(
+        self,
+        model: Model,
+        visible: list[Turn],
+        build: Callable[[list[Turn], str], list[Message]],
+        max_tokens: int,
+        *,
+        tighter: int | None = None,
+    ) -> Fitted:
+        """The call's messages with a history that fits the window and the ``history`` option."""
+        spec = self.protocol.history
+        whole = build(visible, "")
+        window = await self._window_for(model, whole, max_tokens)
+        limit = None if window is None else window - max_tokens
+        if tighter is not None:
+            limit = tighter if limit is None else min(limit, tighter)
+        if limit is None and (spec is None or spec.max_tokens is None):
+            return Fitted(whole, 0, 0)  # nothing bounds it: sent as built
+        fitted = fit_turns(model, visible, build, prompt_limit=limit, spec=spec)
+        if fitted.left_out:
+            shortened = self.result.metrics.setdefault(
+                "history", {"strategy": spec.strategy if spec is not None else "window", "calls": 0}
+            )
+            shortened["calls"] = shortened.get("calls", 0) + 1
+            shortened["turns_left_out"] = shortened.get("turns_left_out", 0) + fitted.left_out
+            if spec is None and not self._warned_window:
+                self._warned_window = True
+                logger.warning(
+                    "debate %s: prompts would pass %s's %s-token context window: their earliest turns "
+                    "are left out (the window strategy; set history: {max_tokens: N, strategy: "
+                    "window|summarize} to choose)",
+                    self.id,
+                    model.name,
+                    window if window is not None else "(learned)",
+                )
+        return fitted
+
+    async def _summarized(self, visible: list[Turn], upto: int) -> list[Turn]:
+        """``visible`` with the turns of rounds 1 to ``upto`` replaced by their summary (if it was made)."""
+        if upto < 1 or not any(t.round <= upto and t.phase != "summary" for t in visible):
+            return visible
+        summary = await self._summary(upto)
+        if summary is None or not summary.ok:
+            return visible  # a failed summary: the window strategy will shorten the turns instead
+        return [summary, *(t for t in visible if t.round > upto)]
+
+    async def _summary(self, upto: int) -> Turn | None:
+        """The summary of rounds 1 to ``upto``, made once (each round's from the one before)."""
+        async with self._summary_lock:
+            made: Turn | None = None
+            for number in range(1, upto + 1):
+                rnd = self.result.rounds[number - 1]
+                if rnd.summary is None:
+                    if self.fallback is not None:
+                        return None
+                    rnd.summary = await self._summarize(number, made)
+                made = rnd.summary
+            return made
+
+    async def _summarize(self, number: int, before: Turn | None) -> Turn:
+        """One summary call: the summary so far and round ``number``'s turns, recorded as a turn."""
+        p = self.protocol
+        spec = p.history
+        assert spec is not None
+        key = spec.summarizer or next(
+            (s.persona for s in (p.judge, p.moderator) if s is not None), p.speakers()[0]
+        )
+        rnd = self.result.rounds[number - 1]
+        earlier = (
+            [before]
+            if before is not None and before.ok
+            else [t for r in self.result.rounds[: number - 1] for t in _round_turns(r)]
+        )
+        turn = await self._call(
+            p.personas[key],
+            phase="summary",
+            rnd=number,
+            prompt="history_summarizer.md",
+            section="ALL_TURNS",
+            visible=[*earlier, *_round_turns(rnd)],
+            task=summary_task(number),
+            output="message",
+            max_tokens=spec.summary_max_tokens,
+        )
+        history = self.result.metrics.setdefault("history", {"strategy": "summarize", "calls": 0})
+        history["summaries"] = history.get("summaries", 0) + 1
+        await self.emit("turn_completed", round=number, speaker=key, turn=turn)
+        return turn
+
     def _request_events(self, speaker: str, rnd: int, phase: str) -> OnRequest:
         """``model_request`` events for one turn's requests (only built when someone listens)."""
 
@@ -487,8 +684,10 @@ class DebateRun:
 
         return on_request
 
-    def _account(self, turn: Turn) -> None:
+    def _account(self, turn: Turn, stats: CallStats | None = None) -> None:
         self.result.usage = self.result.usage + turn.usage
+        if stats is not None:  # counted now: its reservation goes back, in the same step
+            self.ledger.release(stats)
         self.result.timings.model_ms += turn.latency_ms
         self.result.timings.queue_ms += turn.queue_ms
 
@@ -506,7 +705,7 @@ class DebateRun:
         reason = self.fallback or "cancelled"
         turn = cancelled_turn(persona, phase, rnd, output, model.name, stats, started, reason)
         turn.sent = messages
-        self._account(turn)
+        self._account(turn, stats)
         self.result.cancelled_turns += 1
         self._unreported.append(turn)  # its event goes out from finish(): no awaiting while cancelled
         if phase == "judge":

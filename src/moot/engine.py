@@ -26,7 +26,16 @@ from .prompting import load_prompt
 from .protocol import Protocol, load_protocol
 from .transcript import DebateResult, Event
 
-__all__ = ["Debate", "DebateRun", "EventCallback", "debate_config"]
+__all__ = ["Debate", "DebateRun", "EventCallback", "debate_config", "with_budget_usd"]
+
+
+def with_budget_usd(overrides: Mapping[str, Any] | None, budget_usd: float | None) -> dict[str, Any]:
+    """``overrides`` with ``budget.max_usd`` set (the ``budget_usd=`` of every door); None: unchanged."""
+    out = dict(overrides or {})
+    if budget_usd is not None:
+        budget = out.get("budget")
+        out["budget"] = {**(budget if isinstance(budget, Mapping) else {}), "max_usd": budget_usd}
+    return out
 
 
 def _spec(spec: ModelLike | None) -> str | None:
@@ -90,6 +99,10 @@ class Debate:
             (:mod:`moot.models.cache`): a cache file, a
             :class:`~moot.models.cache.ResponseCache`, or True for ``$MOOT_CACHE`` /
             ``./.moot/cache.db``. None (the default) sends every request.
+        budget_usd: stop before a call could make the debate cost more than this many US dollars
+            (each request reserves its most before it starts; :mod:`moot.budget`); the result
+            falls back with ``budget: ...`` and the best answer so far. Same as the protocol's
+            ``budget: {max_usd: X}``. Needs a price for every model (:mod:`moot.models.pricing`).
 
     Raises:
         ConfigError: invalid protocol, a prompt file that does not exist, or ``role_models``
@@ -105,7 +118,10 @@ class Debate:
         overrides: dict[str, Any] | None = None,
         store: Any = None,
         cache: str | Path | ResponseCache | bool | None = None,
+        budget_usd: float | None = None,
     ) -> None:
+        if budget_usd is not None:
+            overrides = with_budget_usd(overrides, budget_usd)
         self.protocol = load_protocol(protocol, overrides)
         self.cache = open_cache(cache)
         self.store: Any = store

@@ -15,6 +15,7 @@ structured fields so callers can react without parsing messages::
         ├── ResourceError              disk full or permission lost after work started (.path); exit 1
         ├── ModelError                 the backend failed (.model)
         │   ├── ModelHTTPError         HTTP error status (.status_code, .body, .retry_after)
+        │   │   └── ContextLengthExceeded  the prompt is longer than the model's window (.window)
         │   ├── ModelResponseError     a 200 whose body cannot be read (not JSON, no choices)
         │   ├── ReplayMissingError     a replayed run never recorded the reply asked for (.request)
         │   ├── EndpointDown           an endpoint answered nothing for a while: circuit open (.endpoint)
@@ -22,7 +23,7 @@ structured fields so callers can react without parsing messages::
         │   └── ModelConnectionError   endpoint unreachable / connection dropped
         │       └── ModelTimeoutError  one request exceeded its time limit (.seconds)
         ├── OutputValidationError      output still invalid after the repair request (.raw, .errors)
-        ├── BudgetExceeded             a call or token budget ran out (.kind, .limit, .used)
+        ├── BudgetExceeded             a call, token or US-dollar budget ran out (.kind, .limit, .used)
         └── DebateTimeout              the overall timeout elapsed (.seconds)
 """
 
@@ -34,6 +35,7 @@ from collections.abc import Iterable
 __all__ = [
     "BudgetExceeded",
     "ConfigError",
+    "ContextLengthExceeded",
     "DebateTimeout",
     "EndpointDown",
     "MissingCredentialsError",
@@ -52,6 +54,7 @@ __all__ = [
     "RunError",
     "UnknownProviderError",
     "UsageError",
+    "context_window_in",
     "error_text",
     "never_sent",
     "redact",
@@ -227,6 +230,51 @@ class ModelHTTPError(ModelError):
         self.retry_after = retry_after
 
 
+#: How servers word a prompt longer than the window: OpenAI and vLLM ("This model's maximum
+#: context length is N tokens"; vLLM also "longer than the maximum model length of N"), llama.cpp's
+#: server ("the request exceeds the available context size"), llama-cpp-python ("Requested tokens
+#: (N) exceed context window of M"), Anthropic ("prompt is too long"), OpenAI's error code.
+_CONTEXT_LENGTH = re.compile(
+    r"(?i)maximum context length is (\d+)|maximum model length of (\d+)|exceeds? the available context size"
+    r"|exceed context window of (\d+)|context_length_exceeded|prompt is too long|exceed_context_size"
+)
+
+
+def context_window_in(status_code: int | None, body: str) -> tuple[bool, int | None]:
+    """Whether an error (status, body) says the prompt passed the window, and the window it names."""
+    if status_code not in (None, 400, 413):
+        return False, None
+    match = _CONTEXT_LENGTH.search(body)
+    if match is None:
+        return False, None
+    number = next((g for g in match.groups() if g), None)
+    return True, int(number) if number else None
+
+
+class ContextLengthExceeded(ModelHTTPError):
+    """The prompt and its reply do not fit in the model's context window (a server's 400 saying so).
+
+    Not retryable as it is: the same prompt fails the same way. A debate retries the turn once
+    with a shorter history (:mod:`moot.history`).
+
+    Attributes:
+        window: the window in tokens the server named, or None.
+    """
+
+    def __init__(
+        self,
+        status_code: int,
+        body: str = "",
+        *,
+        model: str = "",
+        retry_after: float | None = None,
+        window: int | None = None,
+    ) -> None:
+        super().__init__(status_code, body, model=model, retry_after=retry_after)
+        self.retryable = False
+        self.window = window
+
+
 class ModelConnectionError(ModelError):
     """The endpoint could not be reached or dropped the connection.
 
@@ -328,13 +376,30 @@ class OutputValidationError(RunError):
 
 
 class BudgetExceeded(RunError):
-    """A budget (``calls`` or ``tokens``) ran out before the debate finished."""
+    """A budget (``calls``, ``tokens`` or ``usd``) ran out before the debate finished.
 
-    def __init__(self, kind: str, limit: int, used: int) -> None:
-        super().__init__(f"{kind} budget exhausted: used {used} of {limit}")
+    ``would``: what the refused call could have taken (a reservation refused before it
+    started: the budget is a bound, never passed); None when the budget is simply spent.
+    """
+
+    def __init__(self, kind: str, limit: float, used: float, *, would: float | None = None) -> None:
+        if would is None:
+            message = f"{kind} budget exhausted: used {used} of {limit}"
+        elif kind == "usd":
+            message = (
+                f"usd budget: the next call could cost up to ${would:.5f}, and ${used:.5f} of "
+                f"${limit:g} is spent or reserved"
+            )
+        else:
+            message = (
+                f"{kind} budget: the next call could take up to {would:g} {kind}, and {used:g} of "
+                f"{limit:g} are spent or reserved"
+            )
+        super().__init__(message)
         self.kind = kind
         self.limit = limit
         self.used = used
+        self.would = would
 
 
 class DebateTimeout(RunError):

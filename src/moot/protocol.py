@@ -107,7 +107,32 @@ class Budget(_Strict):
     max_calls: int | None = Field(None, ge=1)
     """Model calls (repairs included)."""
     max_tokens: int | None = Field(None, ge=1)
-    """Prompt plus completion tokens."""
+    """Prompt plus completion tokens; each request reserves its most before it starts
+    (:mod:`moot.budget`), so the total never passes it."""
+    max_usd: float | None = Field(None, gt=0)
+    """US dollars (``--budget-usd``, ``budget_usd=``), reserved the same way; needs a price for
+    every model (:mod:`moot.models.pricing`)."""
+
+
+class HistorySpec(_Strict):
+    """How much of the debate each prompt carries (:mod:`moot.history`).
+
+    ``window`` keeps the latest turns and says in the prompt how many were left out;
+    ``summarize`` replaces rounds before the latest with a summary, made once per round by
+    the ``summarizer`` persona's model (recorded as a turn of phase ``summary``, counted in
+    usage), then keeps the latest turns that fit. Without this option a prompt that would
+    pass the model's context window is shortened by ``window``, with one warning.
+    """
+
+    max_tokens: int | None = Field(None, ge=1)
+    """Tokens of history (the rendered turns) a prompt may carry; None: only the window bounds it."""
+    strategy: Literal["window", "summarize"] = "window"
+    """``window`` or ``summarize``."""
+    summarizer: str | None = None
+    """Key of the persona whose model writes the summaries (``summarize``; default: the judge's,
+    else the moderator's, else the first speaker's)."""
+    summary_max_tokens: int = Field(300, ge=16, le=MAX_TOKENS_PER_CALL)
+    """Token cap of one summary."""
 
 
 class Protocol(_Strict):
@@ -159,7 +184,9 @@ class Protocol(_Strict):
     max_tokens_per_turn: int = Field(500, ge=1, le=MAX_TOKENS_PER_CALL)
     """Generation cap per speaker turn; the main text is also trimmed to it (seed 000)."""
     budget: Budget = Field(default_factory=Budget)
-    """Call and token caps."""
+    """Call, token and US-dollar caps."""
+    history: HistorySpec | None = None
+    """How much history each prompt carries (None: all it may see, shortened only to fit the window)."""
     timeout: float | None = Field(None, gt=0)
     """Overall timeout in seconds; on expiry the result falls back."""
     on_turn_failure: Literal["continue", "fallback"] = "continue"
@@ -190,6 +217,9 @@ class Protocol(_Strict):
         for label, step in (("moderator", self.moderator), ("judge", self.judge)):
             if step is not None and step.persona not in self.personas:
                 raise ValueError(f"{label}.persona names unknown persona {step.persona!r}")
+        summarizer = self.history.summarizer if self.history is not None else None
+        if summarizer is not None and summarizer not in self.personas:
+            raise ValueError(f"history.summarizer names unknown persona {summarizer!r}")
         self._check_outputs()
         if self.aggregation == "judge" and self.judge is None:
             raise ValueError("aggregation 'judge' needs a judge")

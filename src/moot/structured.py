@@ -282,8 +282,7 @@ class _RequestWatch:
     ) -> None:
         self.model, self.request, self.stats, self._on_retry = model, request, stats, on_retry
         self.started = time.time()
-        u = stats.usage
-        self._before = (u.calls, u.prompt_tokens, u.completion_tokens, u.attempts, u.cached)
+        self._before = stats.usage.model_copy()
         self.retries: list[RetryRecord] = []
 
     def on_retry(self, attempt: int, err: ModelError, wait: float) -> None:
@@ -299,7 +298,6 @@ class _RequestWatch:
     def record(
         self, response: ModelResponse | None, error_kind: str | None, error: str | None = None
     ) -> RequestRecord:
-        u, (calls, prompt, completion, attempts, cached) = self.stats.usage, self._before
         req = self.request
         # Validated construction: pydantic-core checks these typed fields in ~6 us, where
         # model_construct's Python loop over them takes ~11 (one record a request while traced).
@@ -312,13 +310,7 @@ class _RequestWatch:
             max_tokens=req.max_tokens,
             temperature=req.temperature,
             output=req.schema_name,
-            usage=Usage(
-                calls=u.calls - calls,
-                prompt_tokens=u.prompt_tokens - prompt,
-                completion_tokens=u.completion_tokens - completion,
-                attempts=u.attempts - attempts,
-                cached=u.cached - cached,
-            ),
+            usage=self.stats.usage.minus(self._before),
             finish_reason=response.finish_reason if response is not None else None,
             error_kind=error_kind,
             error=error,

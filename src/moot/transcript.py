@@ -80,8 +80,9 @@ class Turn(BaseModel):
     """Persona key."""
     round: int
     """1-based round number (the judge's turn carries the last round's number)."""
-    phase: Literal["turn", "moderator", "judge", "human"] = "turn"
-    """Which step produced it (``human``: a reviewer's decision, :mod:`moot.human_review`)."""
+    phase: Literal["turn", "moderator", "judge", "human", "summary"] = "turn"
+    """Which step produced it (``human``: a reviewer's decision, :mod:`moot.human_review`;
+    ``summary``: the history summary of a round, :mod:`moot.history`)."""
     stance: Stance | None = None
     """The speaker's stance, if any."""
     output: str = ""
@@ -174,6 +175,9 @@ class Round(BaseModel):
     """Speaker turns."""
     moderator: Turn | None = None
     """The moderator's turn closing this round, if the protocol has one."""
+    summary: Turn | None = None
+    """The summary of the debate up to this round (``history: {strategy: summarize}``), which
+    later prompts carry instead of this round's and earlier turns."""
 
 
 class Decision(BaseModel):

@@ -38,7 +38,7 @@ def test_a_python_debate_shows_in_moot_runs_and_loads_back(
     assert seen[0] == "debate_started" and seen[-1] == "debate_completed"  # the caller's callback still runs
 
     assert main(["runs", "list", "--store", str(path), "--json"]) in (0, None)
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
     assert (row["kind"], row["title"], row["status"], row["model"]) == (
         "run",
         "Is tea good for you?",

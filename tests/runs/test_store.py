@@ -464,3 +464,49 @@ def test_item_numbers_follow_the_order_of_recording_and_a_replaced_one_moves_las
             "EXPLAIN QUERY PLAN SELECT COALESCE(MAX(seq), 0) + 1 FROM items WHERE run_id = ?", ("x",)
         ).fetchall()
         assert "items_seq" in str(plan)  # found in the index, not by reading the run's items
+
+
+def _priced_run(store: RunStore) -> str:
+    from moot.models import Usage
+
+    run_id = store.create_run("run", title="Tea?", config={"topic": "Tea?"})
+    usage = Usage(calls=2, prompt_tokens=100, completion_tokens=20, cost_usd=0.00123, cost_source="price=")
+    store.update(run_id, status="complete", usage=usage, result_json='{"final_answer": "yes"}', ended=True)
+    return run_id
+
+
+def test_a_run_keeps_its_cost_and_its_digests_side_by_side(tmp_path: Path) -> None:
+    # The cost columns (schema 10) and the digests (schema 9) are both read from one row: a read
+    # whole checks the digests of the result it loads and still has the run's cost.
+    path = tmp_path / "runs.db"
+    with RunStore(path) as store:
+        run_id = _priced_run(store)
+        record = store.get(run_id)
+        assert (record.integrity, record.result) == ("intact", {"final_answer": "yes"})
+        assert (record.usage.cost_usd, record.usage.cost_source) == (0.00123, "price=")
+        (listed,) = store.list()
+        assert (listed.usage.cost_usd, listed.result) == (0.00123, None)
+    db = sqlite3.connect(path)
+    db.execute('UPDATE runs SET result = \'{"final_answer": "no"}\'')
+    db.commit()
+    db.close()
+    with RunStore(path) as store:
+        record = store.get(run_id)
+        assert (record.integrity, record.edited, record.usage.cost_usd) == ("edited", ["result"], 0.00123)
+
+
+def test_a_schema_9_store_gets_the_cost_columns_and_keeps_its_digests(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    with RunStore(path) as store:
+        run_id = _priced_run(store)
+    db = sqlite3.connect(path)  # back to schema 9: digests, no cost columns
+    for column in ("cost_usd", "cost_source", "cost_note"):
+        db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    db.execute("UPDATE schema_version SET version = 9")
+    db.commit()
+    db.close()
+    with RunStore(path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        record = store.get(run_id)
+        assert (record.integrity, record.result) == ("intact", {"final_answer": "yes"})
+        assert (record.usage.cost_usd, record.usage.cost_note) == (None, "recorded before moot kept costs")

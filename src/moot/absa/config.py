@@ -108,6 +108,9 @@ class AbsaConfig(_Strict):
     """Sampling temperature of Stage-1/Stage-2 calls; None keeps the backend default."""
     run_stage2: bool = True
     """Run the Stage-2 ATE/ATSA review calls (the override and patch still apply without them)."""
+    budget_usd: float | None = Field(None, gt=0)
+    """US dollars each sentence's debate may cost (``--budget-usd``; the debate's own
+    ``budget.max_usd``, :mod:`moot.budget`): past it the debate falls back with ``budget``."""
 
     _protocol: Protocol | None = PrivateAttr(default=None)
 
@@ -120,7 +123,10 @@ class AbsaConfig(_Strict):
                 raise ConfigError(
                     f"the ABSA pipeline runs the panel or patch preset, not {preset!r}", key="extends"
                 )
-            self._protocol = load_protocol({**block.data, "extends": preset})
+            data = {**block.data, "extends": preset}
+            if self.budget_usd is not None:
+                data["budget"] = {**(data.get("budget") or {}), "max_usd": self.budget_usd}
+            self._protocol = load_protocol(data)
         except ConfigError as exc:
             raise _prefixed(exc) from None
         self.mode = "patch" if preset == MODE_PRESETS["patch"] else "persona"

@@ -35,6 +35,7 @@ RECORDED_OPTIONS = {
     "temperature": "temperature",
     "max_tokens": "max-tokens",
     "matched": "matched",
+    "matched_by": "matched-by",
     "max_errors": "max-errors",
     "exclude_conflict": "exclude-conflict",
 }

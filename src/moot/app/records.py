@@ -110,7 +110,7 @@ def bench_run(store: RunStore, run_id: str) -> Any:
     items: dict[str, Item] = {}
     for r in records:
         items.setdefault(r.item_id, Item(id=r.item_id, prompt="", gold=r.gold))
-    specs = expand_methods(config.methods, config.matched)
+    specs = expand_methods(config.methods, config.matched, config.matched_votes)
     order = {s.name: i for i, s in enumerate(specs)}
     position = {item_id: i for i, item_id in enumerate(items)}
     records.sort(key=lambda r: (position[r.item_id], order.get(r.method, len(order))))

@@ -463,6 +463,10 @@ class DebateTracer:
             attrs["moot.attempt"] = req.attempt
         if usage.attempts > 1:
             attrs["moot.requests_sent"] = usage.attempts
+        if usage.cost_usd:
+            attrs["moot.cost_usd"] = usage.cost_usd
+        elif usage.cost_note:  # an unpriced model: unknown, never a silent 0
+            attrs["moot.cost_note"] = usage.cost_note
         if req.error_kind:
             attrs["error.type"] = req.error_kind
         if self.capture:
@@ -529,6 +533,10 @@ class DebateTracer:
             "moot.status": status,
             "moot.rounds": len(result.rounds),
         }
+        if result.usage.cost_usd is not None:  # what the debate cost (unknown: why)
+            attrs["moot.cost_usd"] = result.usage.cost_usd
+        elif result.usage.cost_note:
+            attrs["moot.cost_note"] = result.usage.cost_note
         if result.failed_turns:
             attrs["moot.failed_turns"] = result.failed_turns
         if result.cancelled_turns:
@@ -706,6 +714,14 @@ class TraceObserver:
         if root is None:
             return
         root.set_attribute("moot.status", end.status)
+        usage = end.usage if end.usage is not None else getattr(end.result, "usage", None)
+        if usage is not None:  # the run's cost, or why it is unknown (an unpriced model)
+            cost = getattr(usage, "cost_usd", 0.0)
+            if cost is not None:
+                root.set_attribute("moot.cost_usd", cost)
+            else:
+                root.set_attribute("moot.cost_note", getattr(usage, "cost_note", None) or "unknown")
+            root.set_attribute("moot.cost_source", getattr(usage, "cost_source", "") or "")
         if end.score is not None:
             root.set_attribute("moot.score", end.score)
         if end.status in ("failed", "interrupted"):
@@ -817,9 +833,9 @@ class TraceObserver:
         wall = data.get("wall_s")
         started = ended - wall if isinstance(wall, int | float) and wall > 0 else ended
         attrs: dict[str, Any] = {"moot.unit": str(unit), "moot.part": str(part)}
-        for key in ("calls", "prompt_tokens", "completion_tokens"):
+        for key in ("calls", "prompt_tokens", "completion_tokens", "cost_usd"):
             value = data.get(key)
-            if isinstance(value, int):
+            if isinstance(value, int | float):
                 attrs[f"moot.{key}"] = value
         failed = getattr(event, "kind", "") == "unit_failed"
         if failed:

@@ -117,6 +117,7 @@ class MethodSpec:
         option: ``early_stop``, ``debate_if_disagree`` or "" (society only).
         nominal_calls: calls per item without early stopping (for presets: speakers x rounds,
             plus the moderator per round and the judge, repairs not included).
+        matches: for a matched vote (``--matched``), the debate method it is matched to.
     """
 
     name: str
@@ -125,6 +126,7 @@ class MethodSpec:
     rounds: int = 1
     option: str = ""
     nominal_calls: int = 1
+    matches: str = ""
 
     @property
     def is_debate(self) -> bool:
@@ -192,12 +194,16 @@ def parse_method(text: str) -> MethodSpec:
     return _preset(spec)
 
 
-def matched_vote(spec: MethodSpec) -> MethodSpec | None:
-    """The vote with as many calls as debate ``spec`` (None for non-debates)."""
+def matched_vote(spec: MethodSpec, k: int | None = None) -> MethodSpec | None:
+    """The vote matched to debate ``spec`` (None for non-debates).
+
+    ``k`` samples, by default as many as the debate's calls (``--matched-by cost`` gives the ``k``
+    that costs what the debate does).
+    """
     if not spec.is_debate:
         return None
-    k = spec.nominal_calls
-    return MethodSpec(name=f"vote:{k}", kind="vote", agents=k, nominal_calls=k)
+    k = k or spec.nominal_calls
+    return MethodSpec(name=f"vote:{k}", kind="vote", agents=k, nominal_calls=k, matches=spec.name)
 
 
 def call_seed(seed: int, item_id: str, agent: int, round_: int) -> int:
@@ -559,6 +565,8 @@ def _record(
         nominal_calls=spec.nominal_calls,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
+        cost_usd=usage.cost_usd,
+        cost_source=usage.cost_source,
         wall_s=round(time.perf_counter() - started, 4),
         **extra,
     )

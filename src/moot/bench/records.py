@@ -137,6 +137,11 @@ class ItemRecord(BaseModel):
     """Prompt tokens reported by the backend."""
     completion_tokens: int = 0
     """Completion tokens reported by the backend."""
+    cost_usd: float | None = None
+    """What the unit's calls cost in US dollars (:mod:`moot.models.pricing`); None when a model
+    has no price, or in records written before moot kept costs."""
+    cost_source: str = ""
+    """Where the prices came from (``genai-prices 0.2.3``, ``price=``, ``local``, ``cache``...)."""
     wall_s: float = 0.0
     """Elapsed seconds for this item and method, waits at the model's concurrency gate included."""
     stopped_early: bool = False

@@ -207,6 +207,20 @@ def _interval(m: MethodSummary) -> str:
     return f"[{_pct(m.ci_low)}, {_pct(m.ci_high)}]" if m.n else ""
 
 
+def usd(value: float | None) -> str:
+    """US dollars to the cent's thousandth (``$0.00123``), ``unknown`` for None."""
+    return "unknown" if value is None else f"${value:.5f}"
+
+
+def _cost(m: MethodSummary) -> str:
+    """Mean cost per item with its interval: what accuracy was bought with (unknown: unpriced)."""
+    per_item = m.cost_per_item
+    if per_item is None or not m.n:
+        return "unknown" if m.n else "n/a"
+    ci = f" [{usd(m.cost_ci[0])}, {usd(m.cost_ci[1])}]" if m.cost_ci is not None else ""
+    return usd(per_item) + ci
+
+
 def _reasons(m: MethodSummary) -> str:
     shown = "; ".join(f"{count}× {reason}" for reason, count in m.fallbacks[:3])
     more = len(m.fallbacks) - 3
@@ -216,8 +230,9 @@ def _reasons(m: MethodSummary) -> str:
 def _results_table(report: Report) -> list[str]:
     lines = [
         "| method | n | accuracy | 95% CI | round-0 vote | parse failures | lenient accuracy | calls/item "
-        "| prompt tok/item | completion tok/item | wall s/item | acc % per 1k tok | fell back (not scored) |",
-        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| prompt tok/item | completion tok/item | wall s/item | acc % per 1k tok | USD/item [95% CI] "
+        "| fell back (not scored) |",
+        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for m in report.methods:
         per_1k = m.accuracy_per_1k_tokens
@@ -227,12 +242,14 @@ def _results_table(report: Report) -> list[str]:
             f"| {_rate(m, m.lenient_accuracy)} | {_num(m.per_item(m.calls), 2)} "
             f"| {_num(m.per_item(m.prompt_tokens))} | {_num(m.per_item(m.completion_tokens))} "
             f"| {_num(m.per_item(m.wall_s), 2)} "
-            f"| {'n/a' if per_1k is None else _num(per_1k, 2)} | {m.fell_back} |"
+            f"| {'n/a' if per_1k is None else _num(per_1k, 2)} | {_cost(m)} | {m.fell_back} |"
         )
     for name, rate in report.baselines:
-        lines.append(f"| baseline: {name} | {report.n_items} | {_pct(rate)} | | | | | 0 | 0 | 0 | 0 | | |")
+        lines.append(
+            f"| baseline: {name} | {report.n_items} | {_pct(rate)} | | | | | 0 | 0 | 0 | 0 | | 0 | |"
+        )
     if report.baseline_note:
-        lines.append(f"| {report.baseline_note} | {report.n_items} | | | | | | | | | | | |")
+        lines.append(f"| {report.baseline_note} | {report.n_items} | | | | | | | | | | | | |")
     return lines
 
 

@@ -44,10 +44,10 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
 import orjson
 
@@ -64,6 +64,7 @@ from ..deadline import Deadline, timeout_scope
 from ..errors import EndpointDown, ResourceError, RunError, UsageError, error_text
 from ..models.base import Model, Usage, effective_cap, model_info
 from ..models.cache import open_cache, with_cache
+from ..models.pricing import spec_pricing
 from ..models.retry import RetryPolicy
 from ..observe import PipelineEvent, RunHandle, RunStart, observed
 from ..protocol import MAX_TOKENS_PER_CALL
@@ -119,11 +120,23 @@ class BenchConfig(BaseModel):
     max_tokens: int | None = Field(256, ge=1, le=MAX_TOKENS_PER_CALL)
     """Cap on generated tokens per plain call; None keeps the backend's."""
     matched: bool = False
-    """Add a ``vote:K`` with as many calls as each debate method."""
+    """Add a ``vote:K`` matched to each debate method: as many calls (``matched_by: calls``) or as
+    much money (``matched_by: cost``)."""
+    matched_by: Literal["calls", "cost"] = "calls"
+    """What a matched vote matches: the debate's calls, or its cost (``--matched-by cost``: K is
+    the debate's estimated cost per item over one call's, :mod:`moot.bench.costs`; it differs from
+    the calls when prompts grow with the history or the personas' models are priced differently)."""
+    matched_votes: dict[str, int] = Field(default_factory=dict)
+    """For ``matched_by: cost``, each debate method's K, set once when the run starts (so a resume
+    and a report rebuild the same methods)."""
     exclude_conflict: bool = False
     """ABSA: leave out aspects labelled ``conflict`` (counted in the report) instead of scoring the class."""
     max_errors: int = Field(10, ge=1)
     """Stop taking new units after this many failed ones in a row (a dead endpoint)."""
+    budget_usd: float | None = Field(None, gt=0)
+    """US dollars this invocation may spend (``--budget-usd``): no unit starts that could pass
+    it (:class:`_Budget`); the units left are left for ``--resume``, which may give a new budget.
+    Not part of a resume's fingerprint."""
     deadlines: dict[str, float] = Field(default_factory=dict)
     """Seconds each unit of a preset may take, by preset (``"*"``: every preset); a preset
     not named keeps its production deadline. Not part of a resume's fingerprint: a resume
@@ -176,8 +189,12 @@ def read_run_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def expand_methods(methods: Iterable[str], matched: bool = False) -> list[MethodSpec]:
+def expand_methods(
+    methods: Iterable[str], matched: bool = False, votes: Mapping[str, int] | None = None
+) -> list[MethodSpec]:
     """Parse method specs, drop duplicates, and add matched votes after each debate if asked.
+
+    ``votes``: each debate's matched K when it is not its call count (``matched_by: cost``).
 
     Raises:
         UsageError: a malformed or unknown method, or none at all.
@@ -188,12 +205,37 @@ def expand_methods(methods: Iterable[str], matched: bool = False) -> list[Method
             continue
         spec = parse_method(text)
         out.setdefault(spec.name, spec)
-        vote = matched_vote(spec) if matched else None
+        vote = matched_vote(spec, (votes or {}).get(spec.name)) if matched else None
         if vote is not None:
             out.setdefault(vote.name, vote)
     if not out:
         raise UsageError("no methods given; e.g. --methods single,vote:3,society:3:2")
     return list(out.values())
+
+
+def match_by_cost(config: BenchConfig, task: Task) -> BenchConfig:
+    """``config`` with each debate's cost-matched K set (``matched_by: cost``), if not set yet.
+
+    Raises:
+        UsageError: the model has no price (or a zero one): nothing to match.
+    """
+    if not config.matched or config.matched_by != "cost" or config.matched_votes:
+        return config
+    from .costs import estimate_methods
+
+    items = task.items(config.n, config.seed)
+    specs = expand_methods(config.methods)
+    single = parse_method("single")
+    costs = estimate_methods([single, *specs], task, items, config.model, config.max_tokens)
+    one = costs[0].cost_usd
+    if not one:
+        raise UsageError(f"--matched-by cost needs a priced model; {config.model} costs {one}")
+    votes = {
+        spec.name: max(1, round((cost.cost_usd or 0.0) / one))
+        for spec, cost in zip(specs, costs[1:], strict=True)
+        if spec.is_debate
+    }
+    return config.model_copy(update={"matched_votes": votes})
 
 
 def check_deadlines(deadlines: dict[str, float], specs: Iterable[MethodSpec]) -> None:
@@ -311,6 +353,8 @@ class BenchRun:
     resumed: int = 0
     failures: list[tuple[str, str, str]] = field(default_factory=list)
     stopped: bool = False
+    budget_left: int = 0
+    """Units not started because they could pass ``--budget-usd`` (left for ``--resume``)."""
     retried: int = 0
     timed_out: bool = False
     wall_s: float = 0.0
@@ -318,6 +362,11 @@ class BenchRun:
     data_notes: tuple[str, ...] = ()
     workers: list[dict[str, Any]] = field(default_factory=list)
     endpoints: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def halted(self) -> bool:
+        """True once no new unit may start: failures in a row, or the budget."""
+        return self.stopped or self.budget_left > 0
 
     @property
     def complete(self) -> bool:
@@ -328,6 +377,85 @@ class BenchRun:
     def fell_back(self) -> list[ItemRecord]:
         """The units whose debate fell back: recorded, never scored (see :mod:`moot.bench.summary`)."""
         return [r for r in self.records if r.fallback is not None]
+
+
+class _Budget:
+    """``--budget-usd`` for a bench: a unit starts only if its cost fits what is left.
+
+    A unit reserves 1.25x the costliest finished unit of its method (its prompts vary by item);
+    the first unit of a method, whose cost nothing tells yet, runs alone and may take what is
+    left. When a unit does not fit, no more units start: they are left for ``--resume``.
+    """
+
+    MARGIN = 1.25
+
+    @classmethod
+    def of(cls, config: BenchConfig) -> _Budget | None:
+        """The budget of ``config`` (None without ``--budget-usd``)."""
+        return cls(config.budget_usd) if config.budget_usd is not None else None
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.spent = 0.0
+        self.held = 0.0
+        self.in_flight = 0
+        self.worst: dict[str, float] = {}
+        self._changed = asyncio.Condition()
+
+    async def reserve(self, method: str) -> float | None:
+        """The US dollars held for one unit of ``method``, or None when it could pass the budget."""
+        async with self._changed:
+            while True:
+                free = self.limit - self.spent - self.held
+                worst = self.worst.get(method)
+                if worst is None and self.in_flight:
+                    await self._changed.wait()  # the first of its method runs alone
+                    continue
+                need = free if worst is None else worst * self.MARGIN
+                if free <= 0 or need > free:
+                    if self.in_flight:  # their unused reservations come back when they end
+                        await self._changed.wait()
+                        continue
+                    return None
+                self.held += need
+                self.in_flight += 1
+                return need
+
+    async def settle(self, method: str, held: float, cost: float | None, *, measured: bool) -> None:
+        """A unit ended (or never started): its reservation goes back and its cost is counted."""
+        async with self._changed:
+            self.held -= held
+            self.in_flight -= 1
+            self.spent += cost or 0.0
+            if measured and cost is not None:
+                self.worst[method] = max(self.worst.get(method, 0.0), cost)
+            self._changed.notify_all()
+
+
+async def _next_unit(
+    queue: deque[tuple[Item, MethodSpec]], budget: _Budget | None, run: BenchRun
+) -> tuple[Item, MethodSpec, float] | None:
+    """The next unit to start and the US dollars held for it; None when nothing more starts."""
+    while queue:
+        item, spec = queue[0]
+        if budget is None:
+            queue.popleft()
+            return item, spec, 0.0
+        held = await budget.reserve(spec.name)
+        if held is None:  # it could pass the budget: nothing more starts (left for --resume)
+            run.budget_left = max(run.budget_left, len(queue))
+            return None
+        if queue and queue[0] == (item, spec):
+            queue.popleft()
+            return item, spec, held
+        await budget.settle(spec.name, held, 0.0, measured=False)  # another worker took it meanwhile
+    return None
+
+
+async def _settle(budget: _Budget | None, spec: MethodSpec, held: float, record: ItemRecord | None) -> None:
+    if budget is not None:
+        cost = record.cost_usd if record is not None else 0.0
+        await budget.settle(spec.name, held, cost, measured=record is not None)
 
 
 def _check_resume(out: Path, config: BenchConfig, resume: bool) -> None:
@@ -398,10 +526,16 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
         by_method.setdefault(r.method, []).append(r)
     summaries = [summarize(name, recs) for name, recs in by_method.items()]
     accuracy = {m.method: m.accuracy for m in summaries if m.n}  # fallen-back units are not scored
-    usage = Usage(
-        calls=sum(r.calls for r in run.records),
-        prompt_tokens=sum(r.prompt_tokens for r in run.records),
-        completion_tokens=sum(r.completion_tokens for r in run.records),
+    usage = Usage.sum_of(
+        Usage(
+            calls=r.calls,
+            prompt_tokens=r.prompt_tokens,
+            completion_tokens=r.completion_tokens,
+            cost_usd=r.cost_usd,
+            cost_source=r.cost_source,
+            cost_note=None if r.cost_usd is not None else f"no price for some calls of {r.method}",
+        )
+        for r in run.records
     )
     expected = len(run.items) * len(run.specs)
     summary: dict[str, Any] = {
@@ -429,6 +563,9 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
         summary["same_samples"] = same
     status = ("fell_back" if fell_back else "complete") if run.complete else "failed"
     error = None if run.complete else f"{missing} item/method units missing; resume to finish them"
+    if run.budget_left:
+        summary["budget_left"] = run.budget_left
+        error = f"--budget-usd reached: {run.budget_left} units not started; {error}"
     nothing = blank_hint(summaries)
     if nothing is not None:
         status, error = "failed", nothing if error is None else f"{error}; {nothing}"
@@ -541,7 +678,10 @@ async def run_bench(
     out = Path(out)
     observer = observer or RunObserver()
     task = task or make_task(config.task, exclude_conflict=config.exclude_conflict)
-    specs = expand_methods(config.methods, config.matched)
+    config = match_by_cost(config, task)
+    specs = expand_methods(config.methods, config.matched, config.matched_votes)
+    if config.budget_usd is not None and spec_pricing(config.model)[0].price is None:
+        raise UsageError(f"--budget-usd needs the model's price: {spec_pricing(config.model)[0].note}")
     check_deadlines(config.deadlines, specs)
     items = task.items(config.n, config.seed)
     _check_resume(out, config, resume)
@@ -640,6 +780,7 @@ async def _run(
         width = config.concurrency
     fresh: list[ItemRecord] = []
     streak = 0  # failures in a row: a dead endpoint fails every unit, transient faults do not
+    budget = _Budget.of(config)
 
     async def one_pass(
         queue: deque[tuple[Item, MethodSpec]], fh: TextIO
@@ -648,11 +789,12 @@ async def _run(
 
         async def worker() -> None:
             nonlocal streak
-            while queue and not run.stopped:
-                item, spec = queue.popleft()
+            while not run.halted and (unit := await _next_unit(queue, budget, run)) is not None:
+                item, spec, held = unit
                 try:
                     record = await execute(spec, item)
                 except RunError as err:
+                    await _settle(budget, spec, held, None)  # its spend is not known: counted as nothing
                     message = error_text(err)
                     failed.append((item, spec, message))
                     event = {"item_id": item.id, "method": spec.name, "error": message}
@@ -664,6 +806,7 @@ async def _run(
                         run.stopped = True
                     continue
                 streak = 0
+                await _settle(budget, spec, held, record)
                 line = record.model_dump_json()
                 _append(fh, line, results, written=len(previous) + len(fresh))
                 fresh.append(record)
@@ -684,7 +827,7 @@ async def _run(
                 for attempt in range(1 + unit_retries):
                     failed = await one_pass(deque(pending), fh)
                     run.failures = [(i.id, s.name, message) for i, s, message in failed]
-                    if not failed or run.stopped or attempt == unit_retries:
+                    if not failed or run.halted or attempt == unit_retries:
                         break
                     # Transient faults (a restart, a rate limit) often clear within seconds.
                     await asyncio.sleep(retry_pause * (attempt + 1))

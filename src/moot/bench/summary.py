@@ -25,9 +25,12 @@ Definitions (the report repeats them):
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .methods import MethodSpec
 from .records import AgentAnswer, ItemRecord
@@ -74,6 +77,10 @@ class MethodSummary:
     same_samples: int = 0
     """Of :attr:`sampled_items`, those whose samples were all the same text: nothing independent
     to vote over (greedy decoding at temperature 0 or at a backend's deterministic default)."""
+    cost_usd: float | None = 0.0
+    """US dollars over the scored units; None when any unit's cost is unknown (an unpriced model)."""
+    cost_ci: tuple[float, float] | None = None
+    """95% interval of the mean cost per item (normal approximation over the units; None: unknown)."""
     fallbacks: tuple[tuple[str, int], ...] = ()
     """(reason, units) of the fallen-back units, most common first; the reason is the fallback's
     kind with its detail (``timeout: the debate exceeded 10 s``)."""
@@ -112,6 +119,11 @@ class MethodSummary:
         """Accuracy (percent) per 1,000 tokens per item; None when no tokens were reported."""
         tokens = self.tokens_per_item
         return 100 * self.accuracy / (tokens / 1000) if tokens else None
+
+    @property
+    def cost_per_item(self) -> float | None:
+        """Mean US dollars per item (None when unknown)."""
+        return None if self.cost_usd is None else self.per_item(self.cost_usd)
 
     @property
     def calls_saved(self) -> int:
@@ -226,7 +238,22 @@ def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
         notes=sum(r.note is not None for r in records),
         fell_back=sum(reasons.values()),
         fallbacks=tuple(reasons.most_common()),
+        **_costs(records),
     )
+
+
+def _costs(records: Sequence[ItemRecord]) -> dict[str, Any]:
+    """Total cost and the 95% interval of its mean per item (None when any unit's cost is unknown)."""
+    costs = [r.cost_usd for r in records]
+    known = [c for c in costs if c is not None]
+    if len(known) < len(costs):
+        return {"cost_usd": None, "cost_ci": None}
+    total = sum(known)
+    if len(known) < 2:
+        return {"cost_usd": total, "cost_ci": (total, total) if known else None}
+    mean = total / len(known)
+    half = 1.96 * statistics.stdev(known) / math.sqrt(len(known))
+    return {"cost_usd": total, "cost_ci": (max(0.0, mean - half), mean + half)}
 
 
 def round_summaries(method: str, records: Sequence[ItemRecord]) -> list[RoundSummary]:
@@ -271,7 +298,7 @@ def comparisons(specs: Sequence[MethodSpec], records: Sequence[ItemRecord]) -> l
     for spec in specs:
         if spec.name != "single" and "single" in names:
             pairs.append((spec.name, "single"))
-        vote = f"vote:{spec.nominal_calls}"
+        vote = next((s.name for s in specs if s.matches == spec.name), f"vote:{spec.nominal_calls}")
         if spec.is_debate and vote in names:
             pairs.append((spec.name, vote))
     out = []

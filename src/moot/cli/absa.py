@@ -34,6 +34,7 @@ from ..absa import (
     load_config,
     run_absa,
 )
+from ..absa.config import AbsaConfig
 from ..absa.pipeline import DEADLINE_ERROR
 from ..absa.schemas import TraceStep
 from ..app import store_spec
@@ -340,6 +341,13 @@ def _said_missing(replayer: ReplayModel | None) -> None:
         )
 
 
+def _with_budget(cfg: AbsaConfig, budget_usd: float | None) -> AbsaConfig:
+    """``cfg`` with ``--budget-usd`` (validated again, so the debate's protocol carries it)."""
+    if budget_usd is None:
+        return cfg
+    return AbsaConfig.model_validate(cfg.model_dump() | {"budget_usd": budget_usd})
+
+
 def register(app: typer.Typer) -> None:
     """Add ``absa`` to ``app`` (``absa-eval`` lives in :mod:`moot.cli.absa_eval`)."""
 
@@ -403,6 +411,15 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         trust_edited: TrustEditedOption = False,
+        budget_usd: Annotated[
+            float | None,
+            typer.Option(
+                "--budget-usd",
+                min=0.000001,
+                help="US dollars each sentence's debate may cost; past it the debate falls back "
+                "(budget, exit 1). Needs the model's price.",
+            ),
+        ] = None,
     ) -> int:
         """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
 
@@ -425,7 +442,9 @@ def register(app: typer.Typer) -> None:
             ray_address=ray_address,
             trust_edited=trust_edited,
         )
-        cfg = load_config(config if config is not None or recorded is None else recorded.config)
+        cfg = _with_budget(
+            load_config(config if config is not None or recorded is None else recorded.config), budget_usd
+        )
         runner: str | Model | None = model
         extra: dict[str, Any] = {}  # what the record adds: the run this one re-runs or replays
         if recorded is not None:

@@ -14,6 +14,7 @@ import moot.cli._exit as _exit
 from ..app import store_spec
 from ..arbitration import DEFAULT_TIMEOUT, SOURCE_AUTHORITY, AgentReport, ArbitrationResult, arbitrate_sync
 from ..errors import UsageError
+from ..models.pricing import cost_text
 from ..observe import annotate
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table
@@ -65,7 +66,7 @@ def print_arbitration(result: ArbitrationResult, out: Console) -> None:
     u = result.usage
     out.print(
         f"resolved {result.resolved} · flagged {result.flagged_for_review} · {u.calls} calls · "
-        f"{u.total_tokens} tokens · {result.latency_ms / 1000:.1f}s"
+        f"{u.total_tokens} tokens · {cost_text(u)} · {result.latency_ms / 1000:.1f}s"
     )
 
 
@@ -93,6 +94,15 @@ def register(app: typer.Typer) -> None:
         cache_file: CacheFileOption = None,
         cache_expiry: CacheExpiryOption = None,
         model_concurrency: ModelConcurrencyOption = None,
+        budget_usd: Annotated[
+            float | None,
+            typer.Option(
+                "--budget-usd",
+                min=0.000001,
+                help="US dollars each contradiction's arbitration may cost (one that could pass it is "
+                "flagged for review). Needs the model's price.",
+            ),
+        ] = None,
     ) -> int:
         """Detect contradictions between agent reports and arbitrate them into a consensus.
 
@@ -120,6 +130,7 @@ def register(app: typer.Typer) -> None:
                 source_authority=[s.strip() for s in source_authority.split(",") if s.strip()],
                 timeout_s=timeout,
                 store=store_spec(store, enabled=not no_store),
+                budget_usd=budget_usd,
             )
         if as_json:
             typer.echo(safe_json(result.model_dump_json()))

@@ -53,6 +53,7 @@ from ..bench.runner import (
     check_deadlines,
     expand_methods,
     load_records,
+    match_by_cost,
     read_run_file,
     run_bench,
 )
@@ -68,10 +69,26 @@ from ._console import ProgressLines, endpoint_line, make_console, print_endpoint
 from ._io import MAX_CONCURRENCY, check_output_dir
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._ray_options import RayOption, RayWorkersOption
-from ._safe import markup
+from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["default_out", "register"]
+
+
+def _matched_by(value: str) -> str:
+    if value not in ("calls", "cost"):
+        raise UsageError(f"--matched-by must be calls or cost, not {value!r}")
+    return value
+
+
+def _print_estimate(config: BenchConfig, task: Any, items: list[Any]) -> None:
+    """``--dry-run``: each method's calls, tokens and cost at most, priced from the model spec."""
+    from ..bench.costs import estimate_methods, format_estimate
+    from ..models.pricing import spec_pricing
+
+    specs = expand_methods(config.methods, config.matched, config.matched_votes)
+    costs = estimate_methods(specs, task, items, config.model, config.max_tokens)
+    typer.echo(clean(format_estimate(costs, config.model, spec_pricing(config.model)[0].note)))
 
 
 def default_out(task: str, model: str, seed: int, methods: list[str], n: int | None, matched: bool) -> Path:
@@ -187,7 +204,7 @@ def _report_only(out: Path) -> BenchRun:
         raise UsageError(f"no {RUN_FILE} in {out}: nothing to report")
     data = read_run_file(meta)
     config = BenchConfig.model_validate({k: v for k, v in data.items() if k in BenchConfig.model_fields})
-    specs = expand_methods(config.methods, config.matched)
+    specs = expand_methods(config.methods, config.matched, config.matched_votes)
     task = make_task(config.task, exclude_conflict=config.exclude_conflict)
     items = task.items(config.n, config.seed)
     by_key = {(r.item_id, r.method): r for r in load_records(out / RESULTS_FILE)}
@@ -253,6 +270,14 @@ def bench(
     matched: Annotated[
         bool, typer.Option("--matched", help="Add a vote with as many calls as each debate method.")
     ] = False,
+    matched_by: Annotated[
+        str,
+        typer.Option(
+            "--matched-by",
+            help="With --matched: calls (as many calls) or cost (as much money, from the model's price: "
+            "histories make a debate's calls dearer than a vote's).",
+        ),
+    ] = "calls",
     early_stop: Annotated[
         bool, typer.Option("--early-stop", help="Societies stop once all agents agree after a round.")
     ] = False,
@@ -269,6 +294,19 @@ def bench(
     max_errors: Annotated[
         int, typer.Option("--max-errors", min=1, help="Stop after this many failed units in a row.")
     ] = 10,
+    budget_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--budget-usd",
+            min=0.000001,
+            help="US dollars this invocation may spend: units that could pass it are not started and "
+            "are left for --resume (which may give a new budget). Needs the model's price.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the calls, tokens and cost at most of the run; call no model."),
+    ] = False,
     exclude_conflict: Annotated[
         bool,
         typer.Option(
@@ -329,6 +367,7 @@ def bench(
         "temperature": temperature,
         "max_tokens": max_tokens,
         "matched": matched,
+        "matched_by": _matched_by(matched_by),
         "max_errors": max_errors,
         "exclude_conflict": exclude_conflict,
     }
@@ -359,10 +398,17 @@ def bench(
     else:
         if resumed is None or _given(ctx, "concurrency") or "concurrency" not in fields:
             fields["concurrency"] = concurrency  # a resume keeps the recorded one unless given
-        config = BenchConfig.model_validate(fields)
+        config = BenchConfig.model_validate(fields | {"budget_usd": budget_usd})  # a resume's own budget
         # Bad methods or data fail here, as one line, not inside the progress display.
-        check_deadlines(config.deadlines, expand_methods(config.methods, config.matched))
-        make_task(config.task, exclude_conflict=config.exclude_conflict).items(config.n, config.seed)
+        bench_task = make_task(config.task, exclude_conflict=config.exclude_conflict)
+        bench_items = bench_task.items(config.n, config.seed)
+        config = match_by_cost(config, bench_task)
+        check_deadlines(
+            config.deadlines, expand_methods(config.methods, config.matched, config.matched_votes)
+        )
+        if dry_run:
+            _print_estimate(config, bench_task, bench_items)
+            return
         ray = ray_options(ray_address, ray_workers, config.concurrency)
         if ray is None:  # with --ray the model is built on each worker, never loaded here
             from ..models import resolve_model
@@ -451,6 +497,11 @@ def _finish(run: BenchRun, out_dir: Path, console: Console, *, plots: bool, time
         console.print(f"retried {run.retried} failed unit attempts in this invocation")
     if run.timed_out and timeout is not None:
         console.print(f"[yellow]timeout:[/] stopped after --timeout {timeout:g} s")
+    if run.budget_left:
+        console.print(
+            f"[yellow]budget:[/] --budget-usd {run.config.budget_usd:g} reached: {run.budget_left} units "
+            f"not started; continue with --resume {markup(str(out_dir))} (and a new --budget-usd)"
+        )
     if run.stopped:
         last = f"; the last: {markup(run.failures[-1][2])}" if run.failures else ""
         console.print(

@@ -19,7 +19,7 @@ import yaml
 
 from ..engine import Debate
 from ..errors import ConfigError, UnknownProviderError, UsageError
-from ..models import provider_names, split_provider
+from ..models import default_model_spec, provider_names, split_provider
 from ..protocol import Protocol, load_protocol, presets, read_overrides
 from ._io import AllowOutsideOption, allow_outside
 from ._safe import clean
@@ -88,10 +88,27 @@ def show(
         str, typer.Argument(help="A preset name (see `moot protocols`) or a protocol YAML file.")
     ],
     allow_outside_paths: AllowOutsideOption = False,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Price the protocol on this model spec (default $MOOT_MODEL, else local)."),
+    ] = None,
 ) -> None:
-    """Print a protocol resolved to YAML: every field, with the preset's or moot's defaults filled in."""
+    """Print a protocol resolved to YAML, then (as YAML comments) its cost at most and each model's window."""
     allow_outside(allow_outside_paths)
-    typer.echo(resolved_yaml(load_protocol(name)), nl=False)
+    protocol = load_protocol(name)
+    typer.echo(resolved_yaml(protocol), nl=False)
+    from ..engine import Debate
+    from ..estimate import estimate_debate
+
+    # A short question with no context: what the protocol itself costs, before any history grows big.
+    spec = model or default_model_spec()
+    try:
+        players = {key: persona.model or spec for key, persona in protocol.personas.items()}
+        said = estimate_debate(Debate(protocol, model=model), "A one-line question?", None, players).lines()
+    except UsageError as exc:  # a model that cannot be resolved here (no key): the YAML still stands
+        said = [f"no estimate: {exc}"]
+    lines = ["", f"cost and window for a one-line topic on {spec}:", *said]
+    typer.echo(clean("\n".join(f"# {line}".rstrip() for line in lines)))
 
 
 @app.command("validate")

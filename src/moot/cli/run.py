@@ -20,9 +20,11 @@ from ..app import store_spec
 from ..app.recorder import recorded_ids, resolve_store
 from ..app.rerun import recorded_debate, recorded_endpoints, stored_run, trusted_edit
 from ..debate_run import unreachable_error
-from ..engine import Debate
+from ..engine import Debate, with_budget_usd
 from ..errors import UsageError
+from ..estimate import estimate_debate
 from ..models import Model, default_model_spec
+from ..models.pricing import cost_text
 from ..models.testing import ReplayModel
 from ..observe import annotate
 from ..protocol import read_overrides
@@ -206,6 +208,14 @@ def print_summary(console: Console, result: DebateResult) -> None:
         f"{u.calls} calls{sent} · {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens"
         f" · {result.timings.wall_ms / 1000:.1f}s wall · {result.failed_turns} failed turns{cancelled}",
     )
+    table.add_row("cost", markup(cost_text(u)))
+    history = result.metrics.get("history")
+    if isinstance(history, dict):  # how the history was shortened to fit (moot.history)
+        said = f"{history.get('strategy')}: {history.get('turns_left_out', 0)} earlier turns left out"
+        said += f" over {history.get('calls', 0)} calls"
+        if history.get("summaries"):
+            said += f" · {history['summaries']} round summaries"
+        table.add_row("history", markup(said))
     console.print(Panel(table, title=f"[bold]{markup(result.protocol)}[/] result", border_style="bold"))
 
 
@@ -289,6 +299,19 @@ def _batch(
 
     debate.store = store_spec(store, enabled=use_store)  # each debate recorded as a run of its own
     return run_batch(debate, items, output, concurrency=concurrency, console=console, debate_mode=debate_mode)
+
+
+def _dry_run(debate: Debate, topic: str, context: Any, players: dict[str, str], *, as_json: bool) -> None:
+    """Round 1's prompts, then (as text) the whole debate's calls, tokens and cost at most."""
+    calls = format_calls(first_round_calls(debate, topic, context, players), as_json=as_json)
+    typer.echo(safe_json(calls) if as_json else clean(calls))
+    if as_json:
+        return
+    try:  # priced from the specs: no model is resolved, loaded or called
+        said = estimate_debate(debate, topic, context, players).lines()
+    except UsageError as exc:
+        said = [f"no estimate: {exc}"]
+    typer.echo("\n" + clean("\n".join(said)))
 
 
 def _players(debate: Debate, model: str | None, roles: dict[str, str]) -> dict[str, str]:
@@ -375,6 +398,15 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[
             float | None, typer.Option(min=0.1, help="Override the overall timeout (s).")
         ] = None,
+        budget_usd: Annotated[
+            float | None,
+            typer.Option(
+                "--budget-usd",
+                min=0.000001,
+                help="Stop each debate before a call could make it cost more than this (US dollars); "
+                "it falls back with 'budget' and exits 1. Needs a price for every model (?price=IN/OUT).",
+            ),
+        ] = None,
         initial_answer: Annotated[str | None, typer.Option(help="Answer to fall back on.")] = None,
         debate_mode: Annotated[
             bool, typer.Option(help="--no-debate-mode returns the initial answer.")
@@ -443,6 +475,7 @@ def register(app: typer.Typer) -> None:
             assert input_file is not None and output is not None
             roles = parse_role_models(role_model)
             overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
+            overrides = with_budget_usd(overrides, budget_usd)
             return _batch(
                 Debate(protocol or config or "answer", model=model, role_models=roles, overrides=overrides),
                 input_file,
@@ -457,7 +490,9 @@ def register(app: typer.Typer) -> None:
                 use_store=not no_store,
             )
         recorded = recorded_debate(from_run, store, trust_edited=trust_edited) if from_run else {}
-        overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
+        overrides = with_budget_usd(
+            _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout), budget_usd
+        )
         spec: str | Path | dict[str, Any] = protocol or (config if config is not None else "answer")
         if recorded and protocol is None and config is None:
             spec = recorded["protocol"]
@@ -475,10 +510,7 @@ def register(app: typer.Typer) -> None:
         if initial_answer is None:
             initial_answer = recorded.get("initial_answer")
         if dry_run:
-            calls = format_calls(
-                first_round_calls(debate, topic, ctx, _players(debate, model, roles)), as_json=as_json
-            )
-            typer.echo(safe_json(calls) if as_json else clean(calls))
+            _dry_run(debate, topic, ctx, _players(debate, model, roles), as_json=as_json)
             return 0
         extra: dict[str, Any] = {}  # what the record adds to the debate's own config
         if from_run:

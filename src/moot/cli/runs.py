@@ -24,6 +24,7 @@ from rich.table import Table
 from ..app.compare import BenchComparison, as_json, compare_runs
 from ..app.records import list_row, read_store, runs_page
 from ..errors import UsageError
+from ..models.pricing import cost_text
 from ..runs import RunRecord, RunStatus, RunStore, load_result
 from ._console import make_console, print_table
 from ._safe import clean, markup, safe_json
@@ -94,7 +95,7 @@ def list_cmd(
     ] = False,
     store: StoreOption = None,
 ) -> None:
-    """Runs, newest first: id, kind, title, model, status, calls, tokens, wall time; 50 at a time."""
+    """Runs, newest first: id, kind, title, model, status, calls, tokens, cost, wall time; 50 at a time."""
     _known(kind, "--kind", RUN_KINDS)
     _known(status, "--status", RUN_STATUSES)
     filters: dict[str, Any] = {"kind": kind, "status": status, "model": model, "search": search}
@@ -106,7 +107,9 @@ def list_cmd(
         page = runs_page(rows, total=total, offset=offset, limit=limit)
         typer.echo(safe_json(json.dumps(page, ensure_ascii=False)))
         return
-    table = Table("id", "started", "kind", "title", "model", "status", "calls", "tokens", "wall", "score")
+    table = Table(
+        "id", "started", "kind", "title", "model", "status", "calls", "tokens", "cost", "wall", "score"
+    )
     for r in runs:
         title = r.title if len(r.title) <= 48 else r.title[:47] + "…"
         table.add_row(
@@ -118,11 +121,12 @@ def list_cmd(
             r.status if r.damage is None else f"[red]{r.status} · damaged[/]",
             str(r.usage.calls),
             str(r.usage.total_tokens),
+            "?" if r.usage.cost_usd is None else f"${r.usage.cost_usd:.5f}",
             _wall(r),
             "-" if r.score is None else f"{r.score:.3f}",
         )
     console = _console()
-    print_table(console, table, drop=("score", "wall", "tokens", "started", "kind"))
+    print_table(console, table, drop=("score", "wall", "cost", "tokens", "started", "kind"))
     console.print(_showing(offset, len(runs), total, limit), markup=False, highlight=False)
     for r in runs:  # what is damaged, named (the rest of the list is as stored)
         if r.damage is not None:
@@ -228,6 +232,7 @@ def _header(record: RunRecord, console: Console) -> None:
     edited = record.config.get("edited_record")
     if isinstance(edited, dict):  # --from an edited record under --trust-edited
         console.print(f"[yellow]re-ran an edited record of run {markup(str(edited.get('run', ''))[:8])}[/]")
+    console.print(f"cost {markup(cost_text(record.usage))}", highlight=False)
     replay, source = record.config.get("replay"), record.config.get("from_run")
     if isinstance(replay, dict):  # moot run/absa --from ID --replay; moot bench --replay DIR|ID
         until = replay.get("until_round")

@@ -175,6 +175,7 @@ def debate_node(
     on_event: EventCallback | None = None,
     human_review: ReviewMode | None = None,
     store: Any = None,
+    budget_usd: float | None = None,
 ) -> NodeFunction:
     """A graph node that runs a whole debate on the state's topic and context.
 
@@ -210,6 +211,8 @@ def debate_node(
         store: record each debate the node runs in a run store, as :class:`~moot.Debate`'s
             ``store=`` does (a path, an open ``RunStore``, True for the default store); a Debate
             passed in keeps its own.
+        budget_usd: a US-dollar cap per debate, as :class:`~moot.Debate`'s ``budget_usd=``; a
+            Debate passed in keeps its own.
 
     Returns:
         The node, named ``debate_<protocol>``: ``await node(state)`` returns the update; with
@@ -225,11 +228,13 @@ def debate_node(
     if isinstance(debate_or_protocol, Debate):
         if model is not None:
             raise UsageError("pass model= to the Debate, not to debate_node(), when giving a Debate")
-        if store is not None:
-            raise UsageError("pass store= to the Debate, not to debate_node(), when giving a Debate")
+        if store is not None or budget_usd is not None:
+            raise UsageError(
+                "pass store= and budget_usd= to the Debate, not to debate_node(), when giving a Debate"
+            )
         debate = debate_or_protocol
     else:
-        debate = Debate(debate_or_protocol, model=model, store=store)
+        debate = Debate(debate_or_protocol, model=model, store=store, budget_usd=budget_usd)
     mode = check_mode(human_review)
     name = f"debate_{debate.protocol.name}".replace("-", "_")
     listeners = _listeners(on_event)
@@ -662,6 +667,7 @@ def build_debate_graph(
     checkpointer: Any = None,
     human_review: ReviewMode | None = None,
     store: Any = None,
+    budget_usd: float | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile a protocol into a LangGraph subgraph with one node per speaker (seed 002).
 
@@ -697,6 +703,7 @@ def build_debate_graph(
             pauses with ``interrupt()`` as :func:`debate_node` does. Needs a checkpointer.
         store: record each run of the graph in a run store, as :class:`~moot.Debate`'s ``store=``
             does: the run starts at ``setup`` and ends at ``finalize``.
+        budget_usd: a US-dollar cap per run, as :class:`~moot.Debate`'s ``budget_usd=``.
 
     Returns:
         The compiled graph; run it with ``await graph.ainvoke({"topic": ...})``.
@@ -707,7 +714,7 @@ def build_debate_graph(
         UsageError: (when invoked) the topic is empty or a model spec cannot be resolved.
     """
     state_graph, start, end = _require_langgraph()
-    debate = Debate(protocol, model=model, role_models=role_models, store=store)
+    debate = Debate(protocol, model=model, role_models=role_models, store=store, budget_usd=budget_usd)
     p = debate.protocol
     stages, fixed = _node_names(p)
     mode = check_mode(human_review)

@@ -38,6 +38,7 @@ from .base import (
     spec_cap,
     split_spec_options,
 )
+from .pricing import COST_OPTIONS, apply_cost_options
 from .transport import parse_retry_after
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "DEFAULT_MAX_TOKENS", "AnthropicModel", "map_anthropic_error"]
@@ -157,7 +158,7 @@ class AnthropicModel(SDKModel):
         self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         self.send_temperature = send_temperature
 
-    spec_options: ClassVar[tuple[str, ...]] = ("timeout", "max_concurrency")
+    spec_options: ClassVar[tuple[str, ...]] = ("timeout", "max_concurrency", *COST_OPTIONS)
     """The ``?key=value`` options an ``anthropic:`` spec accepts (any other is a usage error)."""
 
     @classmethod
@@ -171,7 +172,8 @@ class AnthropicModel(SDKModel):
         name, options = split_spec_options(rest, cls.spec_options)
         check_model_name("anthropic", name)
         timeout = float(options["timeout"]) if "timeout" in options else None
-        return cls(name or DEFAULT_ANTHROPIC_MODEL, timeout=timeout, max_concurrency=spec_cap(options))
+        model = cls(name or DEFAULT_ANTHROPIC_MODEL, timeout=timeout, max_concurrency=spec_cap(options))
+        return apply_cost_options(model, options)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Send one Messages API call.

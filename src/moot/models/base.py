@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +19,9 @@ import moot.redact as redact
 from ..errors import ModelRequestsBlocked
 from ._grammar import parse_options
 from .limits import DEFAULT_CAP, Endpoint, Gate, shared_gate
+
+if TYPE_CHECKING:
+    from .pricing import Price, Pricing
 
 __all__ = [
     "ALLOW_MODEL_REQUESTS",
@@ -170,14 +173,19 @@ class Message(BaseModel):
 
 
 class Usage(BaseModel):
-    """Token and call counts, summable.
+    """Token and call counts, and what they cost, summable.
 
     ``calls`` counts requests the server answered (what a provider bills);
     ``attempts`` counts every request sent, answered or not: retries, structured-mode
     probes, and requests of turns cancelled while in flight, but not a request cancelled
     while it waited for a slot of its endpoint, which sent nothing (:func:`note_not_sent`).
     ``attempts`` is what a server's own request log shows. Backends report ``calls=1`` per response;
-    :func:`moot.models.call_model` counts ``attempts``.
+    :func:`moot.models.call_model` counts ``attempts`` and prices each answer
+    (:mod:`moot.models.pricing`).
+
+    ``cost_usd`` is None when some of the calls were made to a model with no known price
+    (``cost_note`` says which and why): an unknown cost is never a silent 0, and a sum
+    with an unknown part is unknown.
     """
 
     calls: int = 0
@@ -191,6 +199,13 @@ class Usage(BaseModel):
     cached: int = 0
     """Replies served from a response cache (:mod:`moot.models.cache`): no request was sent, so
     they count in neither ``calls`` nor ``attempts``."""
+    cost_usd: float | None = 0.0
+    """What the calls cost in US dollars; None when a model's price is unknown (see ``cost_note``)."""
+    cost_source: str = ""
+    """Where the prices came from: ``genai-prices X.Y.Z``, ``price=`` (the spec or config), ``local``
+    or ``test`` (free), ``cache`` or ``replay`` (no request billed); several joined by ``, ``."""
+    cost_note: str | None = None
+    """Why ``cost_usd`` is None (the unpriced model), else None."""
 
     @property
     def total_tokens(self) -> int:
@@ -200,20 +215,37 @@ class Usage(BaseModel):
     @classmethod
     def sum_of(cls, usages: Iterable[Usage]) -> Usage:
         """The sum of ``usages``, built once (``+`` in a loop builds one Usage per addition)."""
-        totals = dict.fromkeys(cls.model_fields, 0)  # every field is a count
+        totals = dict.fromkeys(_COUNTS, 0)
+        cost: float | None = 0.0
+        sources: dict[str, None] = {}
+        notes: dict[str, None] = {}
         for usage in usages:
-            for name in totals:
+            for name in _COUNTS:
                 totals[name] += getattr(usage, name)
-        return cls(**totals)
+            cost = None if cost is None or usage.cost_usd is None else cost + usage.cost_usd
+            _merge(sources, usage.cost_source, ", ")
+            _merge(notes, usage.cost_note, "; ")
+        return cls(
+            **totals, cost_usd=cost, cost_source=", ".join(sources), cost_note="; ".join(notes) or None
+        )
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            calls=self.calls + other.calls,
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            attempts=self.attempts + other.attempts,
-            cached=self.cached + other.cached,
-        )
+        return Usage.sum_of((self, other))
+
+    def minus(self, before: Usage) -> Usage:
+        """What was added to ``before`` to make this usage (a request's share of a call's)."""
+        counts = {name: getattr(self, name) - getattr(before, name) for name in _COUNTS}
+        cost = None if self.cost_usd is None or before.cost_usd is None else self.cost_usd - before.cost_usd
+        return Usage(**counts, cost_usd=cost, cost_source=self.cost_source, cost_note=self.cost_note)
+
+
+_COUNTS = ("calls", "prompt_tokens", "completion_tokens", "attempts", "cached")
+
+
+def _merge(seen: dict[str, None], text: str | None, sep: str) -> None:
+    """Add each ``sep``-separated part of ``text`` to the ordered set ``seen`` (sums name each once)."""
+    if text:
+        seen.update(dict.fromkeys(text.split(sep)))
 
 
 @dataclass
@@ -368,6 +400,12 @@ class Model(ABC):
     request_timeout: float | None = None
     tokens_per_second: float | None = None
     supports_n: bool = False
+    price: Price | None = None
+    """US dollars per million input/output tokens (``?price=IN/OUT``); None: the price table's."""
+    context_window: int | None = None
+    """Tokens a prompt and its reply may hold (``?context_window=N``); None: ask :meth:`window`."""
+    free_cost_source: str | None = None
+    """Set on models whose calls cost nothing (``local``, ``test``): the cost source they report."""
 
     def __init__(self) -> None:
         self._gate: Gate | None = None
@@ -451,6 +489,31 @@ class Model(ABC):
     def count_tokens(self, text: str) -> int | None:
         """Count tokens of ``text`` with the model's tokenizer, or None if unknown."""
         return None
+
+    def pricing(self) -> Pricing:
+        """How this model's calls are priced (:func:`moot.models.pricing.pricing_of`)."""
+        from .pricing import pricing_of
+
+        return pricing_of(self)
+
+    def known_window(self) -> int | None:
+        """The context window in tokens when it is known without asking a server, else None.
+
+        ``context_window`` (``?context_window=N``) if set, else what the backend holds (the
+        embedded model's ``n_ctx``: subclasses override), else the price table's field.
+        """
+        if self.context_window is not None:
+            return self.context_window
+        from .pricing import table_window
+
+        return table_window(self)
+
+    async def window(self) -> int | None:
+        """The context window in tokens, asking the server if it must (vLLM's ``max_model_len``).
+
+        The default is :meth:`known_window`; a backend whose server lists its window overrides it.
+        """
+        return self.known_window()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

@@ -51,6 +51,7 @@ from ..errors import UsageError
 from ._sqlite import BUSY_TIMEOUT_S, DbThread, is_locked, retry_locked, set_wal
 from .base import Model, ModelRequest, ModelResponse, Usage, note_cached_reply
 from .limits import Gate
+from .pricing import Pricing, price_usage
 
 __all__ = [
     "CACHE_ENV",
@@ -444,14 +445,26 @@ class CachedModel(Model):
         if hit is not None:
             self.cache.hits += 1
             note_cached_reply()
-            # Served by no model: no call, no attempt, no tokens billed; counted as cached.
-            return hit.model_copy(update={"usage": Usage(cached=1)})
+            # Served by no model: no call, no attempt, no tokens billed; counted as cached, costs 0.
+            return hit.model_copy(update={"usage": Usage(cached=1, cost_source="cache")})
         self.cache.misses += 1
         response = await self.inner.request(request)
         # A reply cut at max_tokens is not what the model would say: never served again.
         if response.finish_reason != "length" and all(s.finish_reason != "length" for s in response.samples):
             await self.cache.aput(key, self.name, response)
-        return response
+        return response.model_copy(update={"usage": price_usage(self.inner, response.usage)})
+
+    def pricing(self) -> Pricing:
+        """The inner model's (a hit says ``cache`` and costs 0 on its own)."""
+        return self.inner.pricing()
+
+    def known_window(self) -> int | None:
+        """The inner model's context window, when known without asking."""
+        return self.inner.known_window()
+
+    async def window(self) -> int | None:
+        """The inner model's context window."""
+        return await self.inner.window()
 
 
 _CURRENT: ContextVar[ResponseCache | None] = ContextVar("moot_response_cache", default=None)

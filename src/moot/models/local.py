@@ -34,9 +34,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import MissingDependencyError, ModelError, UsageError
+from ..errors import ContextLengthExceeded, MissingDependencyError, ModelError, UsageError, context_window_in
 from ._grammar import check_path
 from .base import Model, ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
+from .pricing import COST_OPTIONS, LOCAL_N_CTX, apply_cost_options
 
 __all__ = [
     "bound_schema",
@@ -49,7 +50,7 @@ __all__ = [
     "default_threads",
 ]
 
-DEFAULT_N_CTX = 4096
+DEFAULT_N_CTX = LOCAL_N_CTX
 """Context window in tokens (SmolLM2 was trained on 8192; 4096 keeps memory low)."""
 DEFAULT_TEMPERATURE = 0.2
 """Used when a request leaves ``temperature`` unset: SmolLM2's model card recommends 0.2,
@@ -328,6 +329,9 @@ class LocalModel(Model):
     max_concurrency = 1
     adaptive_concurrency = False
 
+    free_cost_source = "local"
+    """Runs on this machine: no provider bills it (``?price=`` still sets a price, e.g. for power)."""
+
     def __init__(
         self,
         path: str | os.PathLike[str] | None = None,
@@ -370,6 +374,7 @@ class LocalModel(Model):
         "n_threads_batch",
         "n_ctx",
         "seed",
+        *COST_OPTIONS,
     )
     """The ``?key=value`` options a ``local`` spec accepts (any other is a usage error)."""
 
@@ -382,6 +387,7 @@ class LocalModel(Model):
         """
         path, options = split_spec_options(rest, cls.spec_options)
         check_path("local", path)
+        cost_options = {k: options.pop(k) for k in COST_OPTIONS if k in options}
         minimum = {"n_gpu_layers": -1, "n_threads": 1, "n_threads_batch": 1, "n_ctx": 16, "seed": 0}
         kwargs: dict[str, Any] = {}
         for key, raw in options.items():
@@ -393,7 +399,13 @@ class LocalModel(Model):
                 raise UsageError(f"model option {key} must be >= {minimum[key]}, got {raw}")
         # The spec, options included, stays the name: two option sets are two models.
         name = f"local:{rest}" if path else ("local" + rest if rest else None)
-        return cls(path or None, name=name, **kwargs)
+        model = cls(path or None, name=name, **kwargs)
+        apply_cost_options(model, cost_options)
+        return model
+
+    def known_window(self) -> int | None:
+        """``n_ctx`` (or a smaller ``?context_window=N``): what llama.cpp holds."""
+        return min(self.context_window or self.n_ctx, self.n_ctx)
 
     @property
     def loaded(self) -> bool:
@@ -486,6 +498,9 @@ class LocalModel(Model):
             try:
                 completion = llm.create_chat_completion(**kwargs)
             except Exception as err:  # noqa: BLE001 - llama.cpp raises ValueError/RuntimeError freely
+                too_long, window = context_window_in(None, str(err))
+                if too_long:  # "Requested tokens (N) exceed context window of M": its own kind
+                    raise ContextLengthExceeded(400, str(err), model=self.name, window=window) from err
                 raise ModelError(
                     f"{self.name}: llama.cpp failed: {type(err).__name__}: {err}", model=self.name
                 ) from err

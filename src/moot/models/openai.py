@@ -41,16 +41,19 @@ plain JSON moot sends.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
+import urllib.request
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, cast, get_args
 
 import orjson
 
 from ..errors import (
+    ContextLengthExceeded,
     MissingCredentialsError,
     MissingDependencyError,
     ModelConnectionError,
@@ -59,6 +62,7 @@ from ..errors import (
     ModelResponseError,
     ModelTimeoutError,
     UsageError,
+    context_window_in,
     never_sent,
     redact,
 )
@@ -77,6 +81,7 @@ from .base import (
     split_spec_options,
 )
 from .limits import Gate
+from .pricing import COST_OPTIONS, apply_cost_options
 from .replicas import ReplicaPool, split_endpoints
 from .sampling import NSampler
 from .structured_mode import ModeSelector, StructuredMode, response_format
@@ -142,6 +147,9 @@ def http_error(
     """
     # Redacted before truncation: a key cut in two by the truncation would no longer match.
     text = redact(body, secrets)[:_MAX_BODY]
+    too_long, window = context_window_in(status, text)
+    if too_long:  # its own kind: not retried as it is (a debate retries with a shorter history)
+        return ContextLengthExceeded(status, text, model=model, window=window)
     return ModelHTTPError(status, text, model=model, retry_after=parse_retry_after(headers))
 
 
@@ -256,6 +264,7 @@ class OpenAIModel(SDKModel):
         """Routes the aiohttp stack's requests over :attr:`endpoints`, one adaptive limit each."""
         self._pool_cap = max_concurrency
         self.pool.set_cap(max_concurrency)
+        self._served_window: int | None = None  # max_model_len from /v1/models, once asked (0: none)
 
     def gate(self) -> Gate | None:
         """None on the aiohttp stack: its pool gates (and times) each endpoint's requests itself."""
@@ -295,6 +304,7 @@ class OpenAIModel(SDKModel):
         "max_per_endpoint",
         "api_key_env",
         "structured_mode",
+        *COST_OPTIONS,
     )
     """The ``?key=value`` options an ``openai:`` spec accepts (any other is a usage error)."""
 
@@ -306,7 +316,8 @@ class OpenAIModel(SDKModel):
         Options (:attr:`spec_options`): ``timeout`` (seconds per request), ``base_url`` (or
         ``endpoints``: a comma-separated list of replicas), ``max_concurrency`` (cap of each
         endpoint's adaptive limit), ``max_per_endpoint`` (the same), ``api_key_env`` (the
-        variable holding the key) and ``structured_mode``, e.g.
+        variable holding the key), ``structured_mode``, ``price`` (USD per million input/output
+        tokens, ``price=0.15/0.60``) and ``context_window`` (tokens), e.g.
         ``openai:llama3?base_url=http://gpu-box:8000/v1&api_key_env=GPU_BOX_KEY`` or
         ``openai:llama3@http://gpu-1:8000/v1,http://gpu-2:8000/v1?max_per_endpoint=32``.
         Every part is read strictly (:mod:`moot.models._grammar`).
@@ -339,7 +350,7 @@ class OpenAIModel(SDKModel):
             api_key = os.environ.get(options["api_key_env"])
             if not api_key:
                 raise MissingCredentialsError("openai", options["api_key_env"])
-        return cls(
+        model = cls(
             name or DEFAULT_OPENAI_MODEL,
             base_url=options.get("base_url") or options.get("endpoints"),
             api_key=api_key,
@@ -349,6 +360,42 @@ class OpenAIModel(SDKModel):
             structured_mode=cast("StructuredMode | None", options.get("structured_mode")),
             timeout=float(options["timeout"]) if "timeout" in options else None,
         )
+        return apply_cost_options(model, options)
+
+    async def window(self) -> int | None:
+        """The context window: ``?context_window=N``, else the server's, else the price table's.
+
+        The server's is its ``max_model_len`` (vLLM lists it in ``/v1/models``), asked once per
+        instance; None when nobody says.
+        """
+        if self.context_window is None and self._served_window is None:
+            self._served_window = await asyncio.to_thread(self._max_model_len)
+        return self.known_window()
+
+    def known_window(self) -> int | None:
+        """``?context_window=N``, else the server's ``max_model_len`` once asked, else the price table's."""
+        return self.context_window or self._served_window or super().known_window()
+
+    def _max_model_len(self) -> int:
+        """This model's ``max_model_len`` in the endpoint's ``/v1/models`` (0: not listed, or no answer).
+
+        One small GET (in a worker thread, 5 s at most), asked once per instance and only when a
+        prompt could need the window (:mod:`moot.history`).
+        """
+        if self.base_url == DEFAULT_BASE_URL:
+            return 0  # OpenAI's own list has no window: the price table's serves
+        url = f"{(self.base_url or DEFAULT_BASE_URL).rstrip('/')}/models"
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self._api_key}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5.0) as answer:  # noqa: S310 - the user's endpoint
+                data = json.loads(answer.read())
+            for entry in data.get("data") or []:
+                if isinstance(entry, dict) and entry.get("id") == self.model:
+                    value = entry.get("max_model_len")
+                    return value if isinstance(value, int) and value > 0 else 0
+        except (OSError, ValueError, AttributeError) as err:  # no /v1/models: the window stays unknown
+            logger.info("%s: no window from %s: %s", self.name, redact(url, (self._api_key,)), err)
+        return 0
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Send one chat completion.

@@ -29,6 +29,7 @@ from ..errors import (
 )
 from .base import _CURRENT_STATS, CallStats, Model, ModelRequest, ModelResponse
 from .limits import Gate, Outcome
+from .pricing import price_usage
 
 if TYPE_CHECKING:  # moot.deadline sits above the models (it sizes a protocol's deadline)
     from ..deadline import Deadline
@@ -125,7 +126,10 @@ async def call_model(
                 response = await _attempt(model, request, stats, None)
             else:
                 response = await _gated(model, gate, request, stats)
-            stats.usage = stats.usage + response.usage
+            priced = price_usage(model, response.usage)
+            if priced is not response.usage:
+                response = response.model_copy(update={"usage": priced})
+            stats.usage = stats.usage + priced
             return response
         except ModelError as err:
             if is_throttle(err):

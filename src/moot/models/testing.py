@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelResponseError, ReplayMissingError, UsageError
 from .base import Model, ModelRequest, ModelResponse, Usage, current_unit, note_cached_reply
+from .pricing import price_usage
 
 if TYPE_CHECKING:  # pragma: no cover - only for the annotation of ReplayModel.from_run
     from ..runs.store import RunStore
@@ -49,7 +50,12 @@ def _word_count(text: str) -> int:
 
 
 class _RecordingModel(Model):
-    """Shared bookkeeping: request log, in-flight tracking, optional latency."""
+    """Shared bookkeeping: request log, in-flight tracking, optional latency.
+
+    Its calls cost 0, source ``test``, unless a price is set (``model.price = Price(...)``).
+    """
+
+    free_cost_source = "test"
 
     def __init__(self, name: str, delay: float) -> None:
         super().__init__()
@@ -289,6 +295,8 @@ class ReplayModel(Model):
         name: the model's name.
     """
 
+    free_cost_source = "replay"
+
     def __init__(
         self,
         turns: Iterable[Any],
@@ -483,7 +491,8 @@ class ReplayModel(Model):
         recorded = None if past else self._recorded(slot)
         if recorded is None:
             if self.live is not None:
-                return await self.live.request(request)
+                live = await self.live.request(request)
+                return live.model_copy(update={"usage": price_usage(self.live, live.usage)})
             who: dict[str, Any] = {"speaker": slot[0], "round": slot[1], "phase": slot[2]}
             where = f"round {slot[1]}, {slot[2]}"
             sentence = self.sentences.get(slot[3])
@@ -512,4 +521,5 @@ class ReplayModel(Model):
             failure.retryable = False  # once: a retry would take the next recorded reply
             raise failure
         finish = recorded.get("finish_reason") or "stop"  # a reply cut at the cap is read as one again
-        return ModelResponse(text=text, usage=Usage(cached=1), model=self.name, finish_reason=finish)
+        usage = Usage(cached=1, cost_source="replay")  # a replayed reply bills nothing
+        return ModelResponse(text=text, usage=usage, model=self.name, finish_reason=finish)

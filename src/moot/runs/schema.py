@@ -217,6 +217,14 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs ADD COLUMN result_sha256 TEXT",
         "ALTER TABLE items ADD COLUMN data_sha256 TEXT",
     ],
+    # v10: what a run cost (``usage.cost_usd``, its source, and why it is unknown when it is);
+    # runs recorded before moot priced calls have an unknown cost, and say so.
+    10: [
+        "ALTER TABLE runs ADD COLUMN cost_usd REAL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN cost_source TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE runs ADD COLUMN cost_note TEXT",
+        "UPDATE runs SET cost_usd = NULL, cost_note = 'recorded before moot kept costs'",
+    ],
 }
 """Schema version -> the statements that bring version ``n - 1`` to ``n``."""
 

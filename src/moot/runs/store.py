@@ -215,6 +215,15 @@ class RunStore:
             # Usage's attempts and cached have columns from schema 6; an older store read as is has none.
             version = self._version()
             extra = ", attempts, cached" if version >= 6 else ", 0, 0"
+            # Its cost from the schema that added these columns; older stores read as is say it
+            # was not kept. Found by the column, not the version number (migrations of other work
+            # may come before it).
+            costs = any(row[1] == "cost_usd" for row in self._db.execute("PRAGMA table_info(runs)"))
+            extra += (
+                ", cost_usd, cost_source, cost_note"
+                if costs
+                else ", NULL, '', 'recorded before moot kept costs'"
+            )
             self._columns = _LIST_COLUMNS + extra
             self._sealed = version >= 9  # digests of config, result and items (schema 9)
         except sqlite3.DatabaseError as exc:
@@ -547,8 +556,12 @@ class RunStore:
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
             }
-            if self._columns.endswith("attempts, cached"):
+            if ", attempts, cached" in self._columns:
                 fields |= {"attempts": usage.attempts, "cached": usage.cached}
+            if self._columns.endswith("cost_note"):
+                fields |= {"cost_source": usage.cost_source}
+                sets += ["cost_usd = ?", "cost_note = ?"]  # written even when None: unknown is a value
+                params += [usage.cost_usd, usage.cost_note]
         if ended:
             fields["ended_at"] = time.time()
         for name, value in fields.items():
@@ -618,21 +631,22 @@ class RunStore:
     def _record(row: sqlite3.Row | tuple[Any, ...], with_result: bool) -> RunRecord:
         (rid, kind, status, title, model, started, ended, host, pid, argv, config, version) = row[:12]
         calls, prompt, completion, score, summary, error, attempts, cached = row[12:20]
+        cost_usd, cost_source, cost_note = row[20:23]
         if status == "running" and not _alive(host, pid):
             status, error = "interrupted", error or "the process ended without finishing the run"
         damage: builtins.list[str] = []
         argv_list = _load(argv, "argv", [], damage)
         config_data = _load(config, "config", {}, damage)
         summary_data = _load(summary, "summary", {}, damage)
-        result = _load(row[20], "result", None, damage) if with_result else None
+        result = _load(row[23], "result", None, damage) if with_result else None
         for what, value, kind_ in (("argv", argv_list, list), ("config", config_data, dict)):
             if not isinstance(value, kind_):
                 damage.append(f"its {what} is not a JSON {'array' if kind_ is list else 'object'}")
         integrity: Integrity | None = None
         edited: builtins.list[str] = []
-        if with_result:  # row[21:23]: the digests (None in a store older than schema 9)
-            digests = row[21:23] if len(row) >= 23 else (None, None)
-            integrity, edited = _check([("config", config, digests[0]), ("result", row[20], digests[1])])
+        if with_result:  # row[24:26]: the digests (None in a store older than schema 9)
+            digests = row[24:26] if len(row) >= 26 else (None, None)
+            integrity, edited = _check([("config", config, digests[0]), ("result", row[23], digests[1])])
         return RunRecord(
             id=rid,
             kind=kind,
@@ -652,6 +666,9 @@ class RunStore:
                 completion_tokens=completion,
                 attempts=attempts,
                 cached=cached,
+                cost_usd=cost_usd,
+                cost_source=cost_source or "",
+                cost_note=cost_note,
             ),
             score=score,
             summary=summary_data if isinstance(summary_data, dict) else {},
@@ -853,11 +870,24 @@ class RunStore:
         an ABSA sentence): what the store holds, as a finished run would count it.
         """
         totals = [0, 0, 0]
+        cost, unknown = 0.0, 0
         for table, paths in (("events", ("$.turn.usage.",)), ("items", ("$.", "$.result.usage."))):
             fields = ", ".join(
                 "SUM(COALESCE(" + ", ".join(f"json_extract(data, '{p}{name}')" for p in paths) + ", 0))"
-                for name in ("calls", "prompt_tokens", "completion_tokens")
+                for name in ("calls", "prompt_tokens", "completion_tokens", "cost_usd")
             )
-            row = self._execute(f"SELECT {fields} FROM {table} WHERE run_id = ?", (run_id,)).fetchone()
-            totals = [t + int(v or 0) for t, v in zip(totals, row, strict=True)]
-        return Usage(calls=totals[0], prompt_tokens=totals[1], completion_tokens=totals[2])
+            # A recorded null cost (an unpriced model) makes the sum unknown, never a silent 0.
+            nulls = " + ".join(f"COALESCE(json_type(data, '{p}cost_usd') = 'null', 0)" for p in paths)
+            row = self._execute(
+                f"SELECT {fields}, SUM({nulls}) FROM {table} WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            totals = [t + int(v or 0) for t, v in zip(totals, row[:3], strict=True)]
+            cost += float(row[3] or 0)
+            unknown += int(row[4] or 0)
+        return Usage(
+            calls=totals[0],
+            prompt_tokens=totals[1],
+            completion_tokens=totals[2],
+            cost_usd=None if unknown else cost,
+            cost_note=f"{unknown} recorded call(s) have no price" if unknown else None,
+        )

@@ -13,6 +13,8 @@ from typing import Any
 from ..app.records import absa_events, bench_records, bench_run, protocol_of, run_turns
 from ..bench.records import ItemRecord
 from ..errors import error_text
+from ..models.base import Usage
+from ..models.pricing import cost_text
 from ..runs import RunRecord, RunStore
 from ..transcript import DebateResult, Persona, RequestRecord, Turn
 
@@ -114,6 +116,8 @@ class DebateView:
     calls: int = 0
     cached: int = 0
     tokens: int = 0
+    cost: str = "$0"
+    """What the turns cost (:func:`moot.models.pricing.cost_text`: ``unknown: why`` for an unpriced model)."""
     failed: int = 0
     cancelled: int = 0
     repaired: int = 0
@@ -203,6 +207,7 @@ def debate_view(result: DebateResult | None, turns: list[Turn] | None = None, to
         view.cancelled += t.cancelled
         view.failed += (not t.ok) and not t.cancelled
         view.repaired += t.repaired
+    view.cost = cost_text(Usage.sum_of(t.usage for t in turns))
     return view
 
 
