@@ -402,7 +402,10 @@ class OpenAIModel(SDKModel):
             return await self._send_sdk(body)
         # POST over the lean transport; no response at all becomes a ModelConnectionError.
         try:
-            raw = await self.pool.post(self._transport, orjson.dumps(body))
+            payload = orjson.dumps(body)
+            # What a token-per-minute limit counts: the prompt (about 4 bytes a token) and max_tokens.
+            tokens = len(payload) / 4 + (request.max_tokens or 0) * max(1, request.n)
+            raw = await self.pool.post(self._transport, payload, tokens)
         except TransportError as err:
             if err.timeout and not err.connect:
                 raise ModelTimeoutError(self.timeout, model=self.name) from err

@@ -44,7 +44,7 @@ import moot.redact as redact
 from ..errors import UsageError
 from ._http import LeanTransport, RawResponse, TransportError, parse_retry_after
 from .base import _CURRENT_STATS, note_extra_request
-from .limits import DEFAULT_CAP, Endpoint, Gate, Outcome, Ticket, shared_gate
+from .limits import DEFAULT_CAP, Announced, Endpoint, Gate, Outcome, Ticket, announced_limits, shared_gate
 
 __all__ = ["Replica", "ReplicaPool", "split_endpoints"]
 
@@ -213,17 +213,20 @@ class ReplicaPool:
             return tried | resting
         return tried
 
-    async def _take(self, gate: Gate, exclude: set[Endpoint]) -> Ticket:
+    async def _take(self, gate: Gate, exclude: set[Endpoint], tokens: float) -> Ticket:
         """Wait for a ticket of an endpoint not in ``exclude`` (the time waited counts as queueing)."""
         waited = time.perf_counter()
-        ticket = await gate.acquire(exclude)
+        ticket = await gate.acquire(exclude, tokens)
         stats = _CURRENT_STATS.get()
         if stats is not None:
             stats.queue_s += time.perf_counter() - waited
         return ticket
 
-    async def post(self, transport: LeanTransport, body: bytes) -> RawResponse:
+    async def post(self, transport: LeanTransport, body: bytes, tokens: float = 0.0) -> RawResponse:
         """POST ``body`` to the endpoint with room, moving on to another when one refuses or drops.
+
+        ``tokens``: about how many tokens the request asks for (prompt and ``max_tokens``),
+        counted against a token rate the server announces.
 
         Raises:
             TransportError: every replica refused or dropped this request (``connect``
@@ -242,14 +245,16 @@ class ReplicaPool:
                 raise TransportError(f"all {n} endpoint(s) failed; last: {last}", connect=not reached)
             exclude = self._exclude(tried)
             # Room at once (the usual case) needs no coroutine of its own.
-            ticket = gate.try_acquire(exclude) or await self._take(gate, exclude)
+            ticket = gate.try_acquire(exclude, tokens) or await self._take(gate, exclude, tokens)
             replica = self._by_endpoint[ticket.endpoint]
             if resend_counts:
                 note_extra_request()
             tried.add(ticket.endpoint)
             outcome, retry_after = Outcome.CANCELLED, None
+            announced: Announced | None = None
             try:
                 raw = await transport.post(replica.url, body)
+                announced = announced_limits(raw.headers)
                 if raw.status in (429, 503):
                     outcome, retry_after = Outcome.THROTTLE, parse_retry_after(raw.headers)
                 else:
@@ -265,7 +270,7 @@ class ReplicaPool:
                 last = err
                 continue
             finally:
-                gate.release(ticket, outcome, retry_after)
+                gate.release(ticket, outcome, retry_after, announced)
             replica.failures = 0
             return raw
 
