@@ -532,7 +532,7 @@ class RatePacer:
             # a deep bucket hid the limit for a while): leaving it, W is a fraction of the refused rate.
             # Refused again before anything sent after the last cut was served: the rate is still
             # far above the limit, so each cut in a row goes deeper (beta, beta^2, beta^4, ...).
-            deeper = self.beta ** (2 ** min(self.cuts_in_row, 3) - 1)
+            deeper = self.beta ** (2 ** min(self.cuts_in_row, 2) - 1)
             self.cuts_in_row += 1
             self.w_max = max(sent_rate * deeper * (RAMP_EXIT if self.ramping else 1.0), 0.1)
             self.ramping = False
