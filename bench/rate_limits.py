@@ -40,7 +40,16 @@ from typing import Any
 from aiohttp import web
 
 HERE = Path(__file__).resolve().parent
-SHAPES = ["bucket1-ra", "bucket1", "bucket0.2-ra", "bucket0.2", "noburst-ra", "noburst-503", "announced", "tokens"]
+SHAPES = [
+    "bucket1-ra",
+    "bucket1",
+    "bucket0.2-ra",
+    "bucket0.2",
+    "noburst-ra",
+    "noburst-503",
+    "announced",
+    "tokens",
+]
 
 
 class Limiter:
@@ -193,7 +202,9 @@ async def _sdk(url: str, n: int, concurrency: int) -> int:
             i = queue.get_nowait()
             prompt = f"What is {i} + {i}? Answer with the number only."
             try:
-                await client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}])
+                await client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": prompt}]
+                )
             except RateLimitError:
                 continue  # still refused after its 20 retries: a unit lost, as the SDK leaves it
             done += 1
@@ -242,11 +253,13 @@ def main(argv: list[str] | None = None) -> int:
                 row |= {"shape": shape, "client": client, "served": server.limiter.served,
                         "refused": server.limiter.refused, "floor_s": floor}  # fmt: skip
             rows.append(row)
+            tail = " ".join(row.get("stderr", []))[:80]
             print(f"{shape:14s} {client:5s} {row['wall_s']:7.1f} {row['wall_s'] / floor:7.2f} "
-                  f"{row['served']:6d} {row['refused']:7d} {row['exit']} {' '.join(row.get('stderr', []))[:80]}",
-                  flush=True)  # fmt: skip
+                  f"{row['served']:6d} {row['refused']:7d} {row['exit']} {tail}", flush=True)  # fmt: skip
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1))
+        args.json.write_text(
+            json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1)
+        )
     return 0
 
 

