@@ -1,14 +1,15 @@
-"""Client CPU per call of the candidate HTTP libraries for the lean transport (a benchmark, not a test).
+"""Client CPU per call of HTTP clients for the ``openai:`` backend (a benchmark, not a test).
 
-Each client (moot's lean transport, aiohttp, httpx) POSTs the same orjson-encoded chat
+Each client (moot's transport: aiohttp with trust_env, redirects and a body bound; a bare
+aiohttp session; httpx) POSTs the same orjson-encoded chat
 request to ``bench/fake_openai.py`` (its own process, fixed latency) and decodes the reply
 with orjson; no SDK, nothing else of moot.
 For each library and each number of calls in flight it reports calls/s and the
 client process's CPU time per call (``time.process_time``). The results chose
-aiohttp over httpx first, then moot's own transport over aiohttp (``moot.models._http``'s docstring).
+aiohttp over httpx; ``moot`` minus ``aiohttp`` is what moot's transport adds to a bare session.
 
 Run: ``python bench/http_clients.py [--latency 0.2] [--in-flight 30,100,300] [--calls 1500]
-[--libs lean,aiohttp,httpx]``.
+[--libs moot,aiohttp,httpx]``.
 Every run is bounded: the server exits by itself after ``--server-timeout`` seconds and
 each client run has a time limit.
 """
@@ -49,17 +50,17 @@ async def _measure(lib: str, url: str, in_flight: int, calls: int) -> dict[str, 
                 return response.status
 
         close = session.close
-    elif lib == "lean":
-        from moot.models._http import LeanTransport
+    elif lib == "moot":
+        from moot.models.transport import Transport
 
-        lean = LeanTransport(HEADERS, timeout=60)
+        transport = Transport(HEADERS, timeout=60)
 
         async def one() -> int:
-            raw = await lean.post(url, orjson.dumps(BODY))
+            raw = await transport.post(url, orjson.dumps(BODY))
             orjson.loads(raw.body)
             return raw.status
 
-        close = lean.aclose
+        close = transport.aclose
     else:
         import httpx
 
@@ -102,7 +103,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--in-flight", default="30,100,300")
     parser.add_argument("--calls", type=int, default=1500)
-    parser.add_argument("--libs", default="lean,aiohttp,httpx")
+    parser.add_argument("--libs", default="moot,aiohttp,httpx")
     parser.add_argument("--run-timeout", type=float, default=120, help="seconds per client run")
     parser.add_argument("--server-timeout", type=float, default=900)
     args = parser.parse_args()

@@ -16,7 +16,7 @@
 Every stack runs under :func:`moot.tuned_gc` (the collector settings the ``moot`` command
 uses) unless ``--gc default``.
 
-Run: ``.venv/bin/python bench/overhead.py [--latency 0.2] [--concurrent 200] [--http lean,sdk,inproc]``.
+Run: ``.venv/bin/python bench/overhead.py [--latency 0.2] [--concurrent 200] [--http aiohttp,sdk,inproc]``.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
         "--http",
-        default="lean",
+        default="aiohttp",
         help="the openai: backend's HTTP stack(s), comma-separated; inproc: no HTTP (the floor)",
     )
     ap.add_argument("--gc", choices=("tuned", "default"), default="tuned", help="see the docstring")

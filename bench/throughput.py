@@ -32,8 +32,8 @@ The in-process clients (``--client all``) measure the harness itself:
   harness's own overhead, nothing else);
 * ``raw``: a minimal keep-alive HTTP/1.1 client written on asyncio streams
   (isolates the harness's own cost);
-* ``openai``: moot's ``openai:`` backend with its default lean transport
-  (aiohttp + orjson, ``moot.models._http``), the path a user runs by default;
+* ``openai``: moot's ``openai:`` backend with its default transport
+  (aiohttp + orjson, ``moot.models.transport``), the path a user runs by default;
 * ``openai-sdk``: the same backend with ``http="sdk"`` (the ``openai`` SDK over
   its default HTTP stack); FIELD-NOTES measured ~2-5 ms of CPU per request for it;
 * ``openai-sdk-aiohttp``: ``http="sdk-aiohttp"`` (the SDK's aiohttp transport);
@@ -45,7 +45,7 @@ The in-process clients (``--client all``) measure the harness itself:
 The server samples ``n`` completions per request, as vLLM does. To compare the
 transports on the same work (6 requests per item), the ``openai*`` clients are
 told the server has no ``n`` (as moot learns from one probe against such a
-server); ``openai-n`` is the default lean client using it: round 0 is one
+server); ``openai-n`` is the default aiohttp client using it: round 0 is one
 request with ``n=3``, so 4 requests per item and the same critical path.
 
 ``--latency 0.2,1,2`` sweeps latencies: the client's CPU per call is fixed, so
@@ -674,7 +674,12 @@ CLIENTS = (
 )
 USER_CLIENTS = "moot,langgraph-sdk,aiohttp"
 """The default: what a user runs, its LangGraph peer and the minimal client, in one run."""
-_STACKS = {"openai": "lean", "openai-n": "lean", "openai-sdk": "sdk", "openai-sdk-aiohttp": "sdk-aiohttp"}
+_STACKS = {
+    "openai": "aiohttp",
+    "openai-n": "aiohttp",
+    "openai-sdk": "sdk",
+    "openai-sdk-aiohttp": "sdk-aiohttp",
+}
 
 
 # --------------------------------------------------------------------------- --trace
@@ -689,13 +694,12 @@ def _install_tracing(sink: str) -> None:
     global _TRACE_PROVIDER, _TRACE_ENDPOINT
     _TRACE_ENDPOINT = sink.removesuffix("/v1/traces")
     from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from moot.app.otlp import SpanExporter
-
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(SpanExporter(endpoint=sink)))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=sink)))
     trace.set_tracer_provider(provider)
     _TRACE_PROVIDER = provider
 

@@ -10,13 +10,11 @@ the run's event stream recorded), then times, per model call and best of ``--rep
 * ``bare SDK``: the same spans (names, parents, kinds, times, attributes, events, status) made
   directly with ``tracer.start_span``, no moot at all: the floor for that span tree;
 
-each with three span processors on the SDK's provider: none (making the spans only), a batch
-processor with moot's OTLP encoder (``moot.app.otlp``), and a batch processor with OpenTelemetry's
-own encoder (what an application's own OTLP exporter does); and ``moot command``: what the ``moot``
-command installs, its own provider (``moot.app.sdk``: the SDK's, with a leaner span) with a batch
-processor and moot's encoder. Encoding is timed, the HTTP post is not (``throughput.py``
-includes it). What happens in the engine while a run is listened to (building its events and
-request records) is not in these figures either.
+each with two span processors on the SDK's provider: none (making the spans only), and a batch
+processor whose exporter encodes each batch with OpenTelemetry's own OTLP encoder (what the
+``moot`` command's ``OTLPSpanExporter`` does before it posts). Encoding is timed, the HTTP post
+is not (``throughput.py`` includes it). What happens in the engine while a run is listened to
+(building its events and request records) is not in these figures either.
 
 Usage::
 
@@ -56,31 +54,20 @@ class _Recorder:
 
 
 def _provider(processor: str) -> Any:
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-    from moot.app.otlp import encode_spans as ours
-
     class Encoding(SpanExporter):
-        def __init__(self, encode: Any) -> None:
-            self.encode = encode
+        """The OTLP exporter's work but the post: each batch encoded and serialized."""
 
         def export(self, spans: Any) -> SpanExportResult:
-            self.encode(spans)
+            encode_spans(spans).SerializeToString()
             return SpanExportResult.SUCCESS
 
-    if processor == "moot command":  # what `moot` installs: its provider (moot.app.sdk), moot's encoder
-        from moot.app.sdk import TracerProvider as MootTracerProvider
-
-        lean = MootTracerProvider()
-        lean.add_span_processor(BatchSpanProcessor(Encoding(ours)))
-        return lean
     provider = TracerProvider()
-    if processor == "moot encoder":
-        provider.add_span_processor(BatchSpanProcessor(Encoding(ours)))
-    elif processor == "official encoder":
-        provider.add_span_processor(BatchSpanProcessor(Encoding(lambda s: official(s).SerializeToString())))
+    if processor == "OTLP encoder":
+        provider.add_span_processor(BatchSpanProcessor(Encoding()))
     return provider
 
 
@@ -146,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}", flush=True)
     observe.register("trace-floor", lambda start, options: _Recorder())
     with FakeServer(0.005, 600) as base_url, tempfile.TemporaryDirectory() as tmp:
-        model = _openai_model(base_url, 300, "lean", False)
+        model = _openai_model(base_url, 300, "aiohttp", False)
         run = asyncio.run(_harness_run(model, args.items, 100, Path(tmp), args.method))
     observe.unregister("trace-floor")
     calls = _Recorder.calls
@@ -162,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     rows = []
-    for processor in ("no processor", "moot encoder", "official encoder", "moot command"):
+    for processor in ("no processor", "OTLP encoder"):
         ours = _best_us(lambda p: _replay(p, calls), processor, requests, args.reps)
         floor = _best_us(lambda p: _bare(p, spans), processor, requests, args.reps)
         rows.append({"processor": processor, "moot_us": ours, "bare_sdk_us": floor, "load": os.getloadavg()})

@@ -1,4 +1,4 @@
-"""Take the README's screenshots of ``moot view`` from real runs: ``make screenshots``.
+"""Take the screenshots in docs/runs.md of ``moot view`` from real runs: ``make screenshots``.
 
 Records real runs with the CLI into a fresh store, on the embedded model (``local``) unless
 ``--model`` names another (``openai:M`` with ``OPENAI_BASE_URL`` for a local server): two debates

@@ -30,6 +30,8 @@ def _private_run_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.setenv("MOOT_STORE", str(tmp_path_factory.mktemp("store") / "runs.db"))
     # The same for the response cache of --cache / cache=True.
     monkeypatch.setenv("MOOT_CACHE", str(tmp_path_factory.mktemp("cache") / "cache.db"))
+    # moot's own cache folder (structured modes endpoints refused): never the user's.
+    monkeypatch.setenv("MOOT_CACHE_DIR", str(tmp_path_factory.mktemp("moot-cache")))
 
 
 @pytest.fixture

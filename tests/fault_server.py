@@ -16,6 +16,7 @@ import asyncio
 import json
 import random
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ class Fate:
     drip_seconds: float = 1.0
     delay: float = 0.0
     """Seconds to wait before answering (a server's latency)."""
+    payload: bytes = b""
+    """With kind ``status``: the body's exact bytes (e.g. gzip, with ``Content-Encoding`` in headers)."""
 
 
 def completion(content: str, finish_reason: str = "stop", model: str = "fake") -> dict[str, Any]:
@@ -113,13 +116,18 @@ Handler = Callable[[int, dict[str, Any], dict[str, str]], Fate]
 class FaultServer:
     """The endpoint; use as a context manager, then point a model at :attr:`url`."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, tls: ssl.SSLContext | None = None, host: str = "127.0.0.1") -> None:
         self.handler = handler
+        self.tls = tls
+        self.host = host
+        """The host name :attr:`url` names (one that resolves to 127.0.0.1, or through a proxy)."""
         self.requests = 0
         """Requests read in full (each one is a call the client paid for)."""
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
+        self.connections = 0
+        """Connections accepted."""
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -131,7 +139,7 @@ class FaultServer:
     @property
     def url(self) -> str:
         """The base URL (``.../v1``)."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}/v1"
 
     def __enter__(self) -> FaultServer:
         self._thread.start()
@@ -147,7 +155,9 @@ class FaultServer:
         asyncio.set_event_loop(self._loop)
 
         async def start() -> None:
-            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024)
+            self._server = await asyncio.start_server(
+                self._handle, "127.0.0.1", 0, backlog=1024, ssl=self.tls
+            )
             self.port = self._server.sockets[0].getsockname()[1]
 
         self._loop.run_until_complete(start())
@@ -168,6 +178,7 @@ class FaultServer:
         if sock is not None:  # keep-alive clients otherwise wait ~40 ms per request (FIELD-NOTES)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._writers.add(writer)
+        self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -207,7 +218,10 @@ class FaultServer:
             await asyncio.sleep(3600)
             return False
         if fate.kind == "status":
-            payload = (fate.body or json.dumps({"error": {"message": f"status {fate.status}"}})).encode()
+            payload = (
+                fate.payload
+                or (fate.body or json.dumps({"error": {"message": f"status {fate.status}"}})).encode()
+            )
             status = fate.status
         elif fate.kind == "malformed":
             payload, status = b'{"id": "chatcmpl-x", "choices": [{"index": 0, "mess', 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import types
 from pathlib import Path
 from typing import Any, Literal
 
@@ -72,11 +73,22 @@ class TestSpec:
         with pytest.raises(ModelRequestsBlocked):
             asyncio.run(model.request(ModelRequest(messages=[Message(role="user", content="hi")])))
 
-    def test_extra_buffers_env(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setenv("MOOT_LLAMA_EXTRA_BUFFERS", "0")
-        assert local._extra_buffers_default() is False
-        monkeypatch.setenv("MOOT_LLAMA_EXTRA_BUFFERS", "1")
-        assert local._extra_buffers_default() is True
+    @pytest.mark.parametrize(
+        ("info", "warned"), [(b"CPU : AVX2 = 1 | AMX_INT8 = 1 | ", True), (b"CPU : AVX2 = 1 | ", False)]
+    )
+    def test_a_build_with_amx_kernels_on_an_amx_cpu_is_one_warning(
+        self, info: bytes, warned: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # llama-cpp-python has no public switch to leave AMX off at load: the build decides, and a
+        # build with AMX kernels (they segfaulted in VMs) is named before the load, once.
+        monkeypatch.setattr(local, "cpu_has_amx", lambda: True)
+        monkeypatch.setattr(local, "_AMX_WARNED", False)
+        build = types.SimpleNamespace(llama_print_system_info=lambda: info)
+        local._warn_amx(build)
+        local._warn_amx(build)
+        said = [r for r in caplog.records if "AMX" in r.getMessage()]
+        assert len(said) == (1 if warned else 0)
+        assert not said or "GGML_NATIVE=OFF" in said[0].getMessage()
 
 
 class Verdict(BaseModel):

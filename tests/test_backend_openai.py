@@ -1,7 +1,7 @@
 """Wire-format tests for the OpenAI-compatible backend, over a real socket, for every HTTP stack.
 
 Each test runs against :class:`fault_server.FaultServer` (127.0.0.1) once with the
-lean transport (the default) and once with the ``openai`` SDK (``http="sdk"``): both
+aiohttp transport (the default) and once with the ``openai`` SDK (``http="sdk"``): both
 stacks must send the same requests and turn the same answers into the same results.
 """
 
@@ -36,7 +36,7 @@ SCHEMA = {
     "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"}},
     "required": ["answer", "confidence"],
 }
-STACKS = ["lean", "sdk"]
+STACKS = ["aiohttp", "sdk"]
 Make = Callable[..., OpenAIModel]
 PLAIN = ModelRequest(messages=[Message(role="user", content="hi")])
 LLAMA_CPP_500 = 'response_format type must be one of "text" or "json_object", but got: json_schema'
@@ -349,7 +349,7 @@ class TestConfiguration:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
         model = OpenAIModel.from_spec("gpt-4o")
         assert (model.name, model.model, model.base_url) == ("openai:gpt-4o", "gpt-4o", DEFAULT_BASE_URL)
-        assert model.http == "lean"
+        assert model.http == "aiohttp"
 
     def test_empty_spec_uses_default_model(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
@@ -378,18 +378,20 @@ class TestConfiguration:
             structured_mode="json_object",
             max_concurrency=3,
             timeout=5,
-            http="lean",
+            http="aiohttp",
         )
         assert (model.base_url, model.structured_mode, model.max_concurrency, model.http) == (
             "http://arg.invalid/v1",
             "json_object",
             3,
-            "lean",
+            "aiohttp",
         )
 
     def test_http_stack_choice_and_errors(self, monkeypatch: pytest.MonkeyPatch) -> None:
         url = "http://127.0.0.1:9/v1"
-        assert OpenAIModel("m", base_url=url).http == "lean"
+        assert OpenAIModel("m", base_url=url).http == "aiohttp"
+        monkeypatch.setenv("MOOT_OPENAI_HTTP", "lean")  # the default stack's name before
+        assert OpenAIModel("m", base_url=url).http == "aiohttp"
         monkeypatch.setenv("MOOT_OPENAI_HTTP", "sdk-aiohttp")
         assert OpenAIModel("m", base_url=url).http == "sdk-aiohttp"
         # A caller's HTTP client is the SDK's, so it selects the SDK path.
@@ -398,7 +400,7 @@ class TestConfiguration:
         with pytest.raises(UsageError, match="unknown HTTP stack 'curl'"):
             OpenAIModel("m", base_url=url)
         with pytest.raises(UsageError, match="http_client= is the SDK's"):
-            OpenAIModel("m", base_url=url, http="lean", http_client=object())
+            OpenAIModel("m", base_url=url, http="aiohttp", http_client=object())
 
 
 class TestRetryAfter:
@@ -421,7 +423,7 @@ class TestRetryAfter:
 
 
 @pytest.mark.usefixtures("allow_requests")
-@pytest.mark.parametrize("http", ["lean", "sdk", "sdk-aiohttp"])
+@pytest.mark.parametrize("http", ["aiohttp", "sdk", "sdk-aiohttp"])
 def test_every_stack_sends_the_same_concurrent_requests_and_closes(server: FaultServer, http: str) -> None:
     server.handler = lambda n, body, headers: ok("plain reply")
 
@@ -444,7 +446,7 @@ def test_every_stack_sends_the_same_concurrent_requests_and_closes(server: Fault
 
 
 @pytest.mark.usefixtures("allow_requests")
-def test_lean_session_closes_with_its_loop_without_aclose(server: FaultServer) -> None:
+def test_the_session_closes_with_its_loop_without_aclose(server: FaultServer) -> None:
     """A caller who never calls aclose() gets no "Unclosed client session" warning from asyncio.run."""
     model = OpenAIModel("m", base_url=server.url)
 
@@ -459,7 +461,7 @@ def test_lean_session_closes_with_its_loop_without_aclose(server: FaultServer) -
         gc.collect()
     assert not [w for w in caught if "nclosed" in str(w.message)]
     assert server.requests == 3
-    assert len(model._transport._pools) == 1  # closed loops are not kept alive
+    assert len(model._transport._sessions) == 1  # closed loops are not kept alive
 
 
 @pytest.mark.parametrize("http", STACKS)
@@ -526,34 +528,3 @@ class TestTransientErrorsOverARealSocket:
             kinds = [b["response_format"]["type"] for b in server.bodies]
         assert kinds == ["json_schema", "json_object", "json_object", "json_object"]
         assert model.structured_mode == "json_object"
-
-
-def test_a_proxy_variable_the_lean_stack_does_not_use_is_said_once_without_its_value(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    for name in (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "NO_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-        "no_proxy",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTPS_PROXY", "http://user:hunter2@proxy.internal:3128")
-    with caplog.at_level("WARNING", logger="moot"):
-        OpenAIModel("m", base_url="https://api.example.com/v1", api_key="k")
-        OpenAIModel("m", base_url="http://127.0.0.1:9/v1", api_key="k")  # no HTTP_PROXY: not affected
-        OpenAIModel("m", base_url="https://api.example.com/v1", api_key="k", http="sdk")  # the SDK uses it
-    (record,) = caplog.records
-    assert (
-        "HTTPS_PROXY is set, but the lean HTTP client connects to api.example.com directly" in record.message
-    )
-    assert "MOOT_OPENAI_HTTP=sdk" in record.message and "hunter2" not in record.message
-    caplog.clear()
-    monkeypatch.setenv("NO_PROXY", "api.example.com")
-    with caplog.at_level("WARNING", logger="moot"):
-        OpenAIModel("m", base_url="https://api.example.com/v1", api_key="k")
-    assert not caplog.records

@@ -99,3 +99,22 @@ def test_help_keeps_square_brackets_that_rich_markup_would_eat(
 ) -> None:
     assert main([command, "--help"]) == 0
     assert "moot[ray]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [60, 100])
+def test_runs_tables_piped_honour_columns(
+    width: int, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Piped, ``moot runs list/show`` are 200 columns wide (whole ids and titles) unless COLUMNS says."""
+    monkeypatch.setenv("MOOT_STORE", f"{tmp_path}/runs.db")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["run", "A question whose title is long enough to need some room?", "--model", "test"]) == 0
+    assert main(["runs", "list", "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out.splitlines()[-1])["runs"]
+    for argv in (["runs", "list"], ["runs", "show", run["id"]]):
+        assert main(argv) == 0
+        assert max(len(line) for line in capsys.readouterr().out.splitlines()) > width, argv
+        monkeypatch.setenv("COLUMNS", str(width))
+        assert main(argv) == 0
+        assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= width, argv
+        monkeypatch.delenv("COLUMNS")

@@ -103,3 +103,23 @@ def test_license_matches_pyproject() -> None:
     license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert 'license = { text = "MIT" }' in pyproject and license_text.startswith("MIT License")
+
+
+def test_no_log_file_is_committed() -> None:
+    """A server's log is output, not source (``.langgraph-dev.log`` was committed at the root once).
+
+    ``tests/test_langgraph_server.py`` writes the ``langgraph dev`` log under a temporary folder, and
+    ``.gitignore`` leaves out ``*.log``.
+    """
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(
+        [git, "ls-files", "--", "*.log"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert tracked == [], f"log files are committed: {tracked}"
+    ignored = subprocess.run([git, "check-ignore", "-q", ".langgraph-dev.log"], cwd=ROOT, check=False)
+    assert ignored.returncode == 0, ".gitignore must leave out .langgraph-dev.log"

@@ -63,7 +63,8 @@ def _one_run(path: Path) -> Any:
         return runs[0]
 
 
-async def _graph_node(path: Path, m: str) -> DebateResult:
+def _node_graph(path: Path, m: str) -> Any:
+    """A compiled graph whose one node is ``debate_node("answer")``, recording into ``path``."""
     from langgraph.graph import END, START, StateGraph
 
     from moot.integrations.langgraph import debate_node
@@ -72,7 +73,16 @@ async def _graph_node(path: Path, m: str) -> DebateResult:
     graph.add_node("answer", debate_node("answer", model=m, store=path))
     graph.add_edge(START, "answer")
     graph.add_edge("answer", END)
-    out = await graph.compile().ainvoke({"topic": TOPIC})
+    return graph.compile()
+
+
+async def _graph_node(path: Path, m: str) -> DebateResult:
+    out = await _node_graph(path, m).ainvoke({"topic": TOPIC})
+    return DebateResult.model_validate(out["debate"])
+
+
+def _graph_node_sync(path: Path, m: str) -> DebateResult:
+    out = _node_graph(path, m).invoke({"topic": TOPIC})
     return DebateResult.model_validate(out["debate"])
 
 
@@ -127,6 +137,7 @@ DOORS: dict[str, tuple[Door, str, str]] = {
         "skipped",
     ),
     "debate_node": (lambda p, t, m: asyncio.run(_graph_node(p, m)), "run", "complete"),
+    "debate_node under app.invoke": (lambda p, t, m: _graph_node_sync(p, m), "run", "complete"),
     "build_debate_graph": (lambda p, t, m: asyncio.run(_subgraph(p, m)), "run", "complete"),
     "arbitrate(store=)": (
         lambda p, t, m: asyncio.run(arbitrate(QATAR, model=m, store=p)),
@@ -186,6 +197,28 @@ def test_each_door_records_one_run_of_its_kind(
         else:  # bench: one unit per item and method
             assert len(load_result(store, run.id)) == len(result.records) == 2
     assert server.requests > 0 or status == "skipped"
+
+
+def test_one_graph_with_debate_node_records_each_invoke_and_ainvoke_once(
+    server: FaultServer, spec: str, tmp_path: Path
+) -> None:
+    """``app.invoke`` runs the node on a loop of its own, ``ainvoke`` on the caller's: one run each.
+
+    The same compiled graph, and so the same model, serves both in turn: the sync path closes the
+    connection pools of the loop it made, and the next call on another loop opens its own.
+    """
+    path = tmp_path / "runs.db"
+    app = _node_graph(path, spec)
+    first = app.invoke({"topic": TOPIC})["debate"]
+    second = asyncio.run(app.ainvoke({"topic": TOPIC}))["debate"]
+    third = app.invoke({"topic": TOPIC})["debate"]
+    with RunStore(path) as store:
+        runs = store.list()
+        assert sorted(r.id for r in runs) == sorted(d["id"] for d in (first, second, third))
+        for run in runs:
+            assert run.kind == "run" and run.status == "complete"
+            assert load_result(store, run.id).usage.calls == 5
+    assert server.requests == 15
 
 
 def test_the_stored_messages_are_what_the_server_received(
@@ -264,10 +297,10 @@ def test_a_refused_bench_leaves_no_run_and_list_agrees_with_show(
     assert _cli(argv, capsys) == 2  # the --out already holds results: refused before any call
     run = _one_run(path)  # still the one run
     assert main(["runs", "list", "--json", "--store", str(path)]) in (0, None)
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
     assert main(["runs", "show", run.id, "--json", "--store", str(path)]) in (0, None)
     shown = json.loads(capsys.readouterr().out)
-    assert {k: v for k, v in shown.items() if k not in ("result", "items")} == row
+    assert {k: v for k, v in shown.items() if k not in ("result", "items")} | {"protocol": "single"} == row
     assert row["usage"]["calls"] == server.requests > 0  # a bench unit record counts calls only
 
 
@@ -277,8 +310,8 @@ def test_run_list_and_show_agree_on_a_debate_usage(
     path = tmp_path / "runs.db"
     assert _cli(["run", TOPIC, "--model", spec, "--store", str(path)], capsys) == 0
     assert main(["runs", "list", "--json", "--store", str(path)]) in (0, None)
-    (row,) = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
     assert main(["runs", "show", row["id"], "--json", "--store", str(path)]) in (0, None)
     shown = json.loads(capsys.readouterr().out)
-    assert {k: v for k, v in shown.items() if k != "result"} == row
+    assert {k: v for k, v in shown.items() if k != "result"} | {"protocol": "answer"} == row
     assert row["usage"] == shown["result"]["usage"] and row["usage"]["attempts"] == server.requests

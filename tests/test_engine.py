@@ -391,3 +391,26 @@ def test_speakers_who_see_the_same_turns_share_the_prompt_up_to_their_persona() 
     assert shared[0] == shared[1] == shared[2]
     assert all(x in shared[0] for x in ("a1", "b1", "c1")) and "(you)" not in shared[0]
     assert '"key": "a"' in prompts[0][1].split("[PERSONA]")[1]  # the speaker still knows who it is
+
+
+def test_print_of_a_result_says_why_it_fell_back() -> None:
+    """A FunctionModel that answers only what the speakers need: the synthesizer's turn fails.
+
+    The answer handed on is a speaker's and reads like any other; ``print(result)`` puts the
+    reason beside it (issue 33: the README's example fell back under ``answer`` silently).
+    """
+    model = FunctionModel(lambda req: {"answer": req.metadata["speaker"], "confidence": 0.5})
+    result = Debate("answer", model=model).run_sync("Q?")
+    assert result.fallback == "judge failed: invalid output: final_answer: Field required"
+    shown = str(result)
+    assert f"answer debate {result.id}: final answer 'affirmative'" in shown
+    assert "FALLBACK, because judge failed: invalid output: final_answer: Field required" in shown
+    assert "1 failed turn(s)" in shown
+
+    def both(req: ModelRequest) -> dict[str, object]:
+        if req.metadata["phase"] == "judge":
+            return {"final_answer": "merged"}
+        return {"answer": "a", "confidence": 0.5}
+
+    clean = Debate("answer", model=FunctionModel(both)).run_sync("Q?")
+    assert clean.fallback is None and "FALLBACK" not in str(clean) and "final answer 'merged'" in str(clean)

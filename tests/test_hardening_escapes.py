@@ -106,7 +106,7 @@ def test_an_escape_sequence_error_body_reaches_no_command_output(
 
 def _runs(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
     assert main(["runs", "list", "--json"]) == 0
-    runs: list[dict[str, Any]] = json.loads(capsys.readouterr().out)
+    runs: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["runs"]
     assert len(runs) >= 5
     return runs
 
@@ -136,3 +136,20 @@ def test_the_console_drops_controls_from_text_it_was_not_told_about(
         and "\x1b]0;" not in buffer.getvalue()
         and "\x1b[2J" not in buffer.getvalue()
     )
+
+
+def test_a_live_progress_display_drops_controls_from_its_text_too() -> None:
+    # A live display (the progress bar) is rendered through the same public Console.render.
+    from rich.markup import escape
+
+    from moot.cli._console import progress_bar
+
+    buffer = io.StringIO()
+    console = _SafeConsole(file=buffer, force_terminal=True, color_system="standard", emoji=False, width=100)
+    with progress_bar(console) as progress:
+        task = progress.add_task(escape(f"items {EVIL}"), total=2)
+        progress.advance(task)
+        progress.refresh()
+    out = buffer.getvalue()
+    assert "items" in out and "hidden" in out
+    assert "\x1b]0;" not in out and "\x1b[2J" not in out and "\u202e" not in out and "\x9b" not in out

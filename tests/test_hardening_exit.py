@@ -1,4 +1,4 @@
-"""Exit codes tell the truth, and the stored status says the same (README "Failure handling").
+"""Exit codes tell the truth, and the stored status says the same (docs/failures.md).
 
 0 complete · 1 degraded (every unit failed: stored ``failed``) · 2 usage error, nothing run,
 a malformed file named with its field · 3 a bug.

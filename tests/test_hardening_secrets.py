@@ -132,9 +132,9 @@ def test_a_key_in_the_url_is_in_no_record_line_file_or_page(
     assert main(["runs", "list"]) == 0
     assert main(["runs", "list", "--json"]) == 0
     printed = capsys.readouterr()
-    ids = [r["id"] for r in json.loads(printed.out.splitlines()[-1])]
+    ids = [r["id"] for r in json.loads(printed.out.splitlines()[-1])["runs"]]
     assert len(ids) == 7
-    assert any("api_key=***" in json.dumps(r) for r in json.loads(printed.out.splitlines()[-1]))
+    assert any("api_key=***" in json.dumps(r) for r in json.loads(printed.out.splitlines()[-1])["runs"])
     for run_id in ids:
         assert main(["runs", "show", run_id]) == 0
         assert main(["runs", "show", "--json", run_id]) == 0

@@ -49,7 +49,7 @@ def test_an_empty_file_becomes_a_store(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["runs", "list", "--store", str(path)]) == 0
     assert main(["run", "Is x?", "--model", "test", "--store", str(path)]) == 0
     assert main(["runs", "list", "--json", "--store", str(path)]) == 0
-    assert len(json.loads(capsys.readouterr().out.splitlines()[-1])) == 1
+    assert len(json.loads(capsys.readouterr().out.splitlines()[-1])["runs"]) == 1
 
 
 @pytest.mark.parametrize(

@@ -1,496 +1,280 @@
-"""The lean HTTP transport (moot.models._http) against real sockets: a raw asyncio server per test
-that answers exactly the bytes each case needs (framing, encodings, faults, TLS)."""
+"""The ``openai:`` backend's HTTP transport (moot.models.transport, aiohttp) against real sockets:
+what users see of it (keep-alive, encodings, the body bound, redirects, proxies, certificates,
+.netrc, error kinds, uvloop). The end-to-end proxy runs of the CLI are in test_proxy_cli.py."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-import shutil
-import socket
-import ssl
-import subprocess
+import json
+import tracemalloc
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from moot.models import _http
-from moot.models._http import LeanTransport, TransportError, parse_retry_after
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
-
-
-class Server:
-    """What the server saw: connections opened and request heads read."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.heads: list[bytes] = []
-        self.bodies: list[bytes] = []
-
-
-async def read_request(reader: asyncio.StreamReader, seen: Server) -> bool:
-    """Read one request (head and Content-Length body); False at EOF."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return False
-    seen.heads.append(head)
-    length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    seen.bodies.append(await reader.readexactly(length))
-    return True
-
-
-def answer(body: bytes, *headers: str, status: str = "200 OK") -> bytes:
-    lines = [f"HTTP/1.1 {status}", *headers]
-    if not any(
-        h.lower().startswith(("content-length", "transfer-encoding", "connection: close")) for h in headers
-    ):
-        lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-
-
-@asynccontextmanager
-async def serving(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[tuple[str, Server]]:
-    seen = Server()
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.connections += 1
-        try:
-            await handler(reader, writer, seen.connections)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=tls)
-    port = server.sockets[0].getsockname()[1]
-    async with server:
-        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}/v1/chat/completions", seen
-
-
-@asynccontextmanager
-async def simple(*replies: bytes) -> AsyncIterator[tuple[str, Server]]:
-    """A server answering each request on a connection with the next of ``replies`` (the last repeats)."""
-    box: list[Server] = []
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
-        k = 0
-        while await read_request(reader, box[0]):
-            writer.write(replies[min(k, len(replies) - 1)])
-            await writer.drain()
-            k += 1
-
-    async with serving(handler) as (url, seen):
-        box.append(seen)
-        yield url, seen
-
-
-def transport(timeout: float = 5.0) -> LeanTransport:
-    return LeanTransport(
-        {"Authorization": "Bearer sk-test", "Content-Type": "application/json"}, timeout=timeout
-    )
-
-
-def test_request_bytes_and_keep_alive_reuse() -> None:
-    async def main() -> None:
-        async with simple(answer(b'{"ok": 1}', "X-Thing: a", "x-thing: b", "Retry-After: 3")) as (url, seen):
-            t = transport()
-            for k in range(5):
-                raw = await t.post(url, b'{"k": %d}' % k)
-                assert (raw.status, raw.body) == (200, b'{"ok": 1}')
-            assert seen.connections == 1  # one keep-alive connection for five requests in a row
-            assert seen.bodies == [b'{"k": %d}' % k for k in range(5)]
-            head = seen.heads[0].decode()
-            assert head.startswith("POST /v1/chat/completions HTTP/1.1\r\n")
-            for line in (
-                "Host: 127.0.0.1:",
-                "Authorization: Bearer sk-test",
-                "Content-Type: application/json",
-            ):
-                assert line in head
-            assert "Content-Length: 8\r\n" in head and "User-Agent: moot" in head
-            assert raw.headers["x-thing"] == raw.headers["X-THING"] == "a, b"  # case-insensitive, joined
-            assert parse_retry_after(raw.headers) == 3.0
-            await t.aclose()
-
-    asyncio.run(main())
-
-
-def test_concurrent_requests_open_one_connection_each_and_reuse_them() -> None:
-    async def main() -> None:
-        async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
-            while await read_request(reader, seen):
-                body = seen.bodies[-1]  # this connection's: no await since it was read
-                await asyncio.sleep(0.05)
-                writer.write(answer(body))
-
-        async with serving(slow) as (url, seen):
-            t = transport()
-            bodies = [b"%d" % k for k in range(20)]
-            for _ in range(3):
-                raws = await asyncio.gather(*(t.post(url, b) for b in bodies))
-                assert [r.body for r in raws] == bodies  # each answer reaches its own request
-            assert seen.connections == 20
-
-    asyncio.run(main())
-
-
-def test_chunked_body_with_extensions_and_trailers_dripped_byte_by_byte() -> None:
-    reply = (
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-        b"5;name=x\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nX-Trailer: 1\r\n\r\n"
-    )
-
-    async def main() -> None:
-        async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
-            while await read_request(reader, seen):
-                for k in range(len(reply)):
-                    writer.write(reply[k : k + 1])
-                    await writer.drain()
-                    await asyncio.sleep(0)
-
-        async with serving(drip) as (url, seen):
-            t = transport()
-            assert (await t.post(url, b"{}")).body == b"hello world"
-            assert (await t.post(url, b"{}")).body == b"hello world"
-            assert seen.connections == 1
-
-    asyncio.run(main())
-
-
-def test_gzip_and_deflate_bodies_are_decoded() -> None:
-    text = b'{"choices": []}' * 50
-
-    async def main() -> None:
-        raw_deflate = zlib.compressobj(wbits=-15)
-        for encoding, data in (
-            ("gzip", gzip.compress(text)),
-            ("deflate", zlib.compress(text)),  # zlib-wrapped, as the RFC says
-            ("deflate", raw_deflate.compress(text) + raw_deflate.flush()),  # bare, as some servers send
-        ):
-            async with simple(answer(data, f"Content-Encoding: {encoding}")) as (url, _):
-                assert (await transport().post(url, b"{}")).body == text
-        async with simple(answer(b"xx", "Content-Encoding: br")) as (url, _):
-            with pytest.raises(TransportError, match="unsupported Content-Encoding 'br'"):
-                await transport().post(url, b"{}")
-
-    asyncio.run(main())
-
-
-def test_body_framed_by_close_and_informational_answers() -> None:
-    async def main() -> None:
-        async def close_framed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
-            await read_request(reader, seen)
-            writer.write(
-                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end"
-            )
-            await writer.drain()
-
-        async with serving(close_framed) as (url, seen):
-            t = transport()
-            assert (await t.post(url, b"{}")).body == b"until the end"
-            assert (await t.post(url, b"{}")).body == b"until the end"
-            assert seen.connections == 2  # the closed connection is not reused
-
-    asyncio.run(main())
-
-
-def test_http_1_0_answer_closes_and_204_has_no_body() -> None:
-    async def main() -> None:
-        async with simple(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok") as (url, seen):
-            t = transport()
-            assert (await t.post(url, b"{}")).body == b"ok"
-            assert (await t.post(url, b"{}")).body == b"ok"
-            assert seen.connections == 2
-        async with simple(b"HTTP/1.1 204 No Content\r\n\r\n") as (url, seen):
-            t = transport()
-            assert (await t.post(url, b"{}")).status == 204
-            assert (await t.post(url, b"{}")).body == b""
-            assert seen.connections == 1
-
-    asyncio.run(main())
-
-
-@pytest.mark.parametrize(
-    ("reply", "message"),
-    [
-        (b"SSH-2.0-OpenSSH\r\n\r\n", "malformed HTTP response: status line"),
-        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed HTTP response: header line"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n", "Content-Length is not a number"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size is not a number"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", "closed the connection in the middle"),
-        (b"", "closed the connection before any response"),
-    ],
-)
-def test_garbage_and_drops_are_transport_errors_that_reached_the_server(reply: bytes, message: str) -> None:
-    async def main() -> None:
-        async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
-            await read_request(reader, seen)
-            writer.write(reply)
-            await writer.drain()
-
-        async with serving(once) as (url, seen):
-            with pytest.raises(TransportError, match=message) as caught:
-                await transport().post(url, b"{}")
-            assert not caught.value.connect and not caught.value.timeout
-
-    asyncio.run(main())
-
-
-def test_refused_connection_is_a_connect_error() -> None:
-    async def main() -> None:
-        async with simple(answer(b"")) as (url, _):
-            pass  # closed: nothing listens there now
-        with pytest.raises(TransportError, match="cannot connect") as caught:
-            await transport().post(url, b"{}")
-        assert caught.value.connect
-
-    asyncio.run(main())
-
-
-def test_a_hung_request_times_out_and_its_connection_is_not_reused() -> None:
-    async def main() -> None:
-        async def hang_first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-            while await read_request(reader, seen):
-                if n == 1:
-                    await asyncio.sleep(30)
-                writer.write(answer(b"late" if n == 1 else b"ok"))
-
-        async with serving(hang_first) as (url, seen):
-            t = transport(timeout=0.3)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            with pytest.raises(TransportError, match="timed out after 0.3 s") as caught:
-                await t.post(url, b"{}")
-            assert caught.value.timeout and not caught.value.connect
-            assert 0.25 < loop.time() - started < 1.0
-            assert (await t.post(url, b"{}")).body == b"ok"  # a new connection, not the hung one
-            assert seen.connections == 2
-
-    asyncio.run(main())
-
-
-def test_a_cancelled_request_drops_its_connection() -> None:
-    async def main() -> None:
-        async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-            while await read_request(reader, seen):
-                await asyncio.sleep(0.2)
-                writer.write(answer(b"for %d" % n))
-
-        async with serving(slow) as (url, seen):
-            t = transport()
-            task = asyncio.ensure_future(t.post(url, b"{}"))
-            await asyncio.sleep(0.05)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            # The first connection's late answer must never be read as this request's.
-            assert (await t.post(url, b"{}")).body == b"for 2"
-
-    asyncio.run(main())
-
-
-def test_idle_connections_expire_and_ones_the_server_closed_are_skipped(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async def main() -> None:
-        async def close_after_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-            await read_request(reader, seen)
-            writer.write(answer(b"%d" % n))
-            await writer.drain()
-            if n == 1:
-                return  # the server closes this idle keep-alive connection
-            while await read_request(reader, seen):
-                writer.write(answer(b"%d" % n))
-
-        async with serving(close_after_one) as (url, seen):
-            t = transport()
-            assert (await t.post(url, b"{}")).body == b"1"
-            await asyncio.sleep(0.1)  # the close arrives while the connection is idle
-            assert (await t.post(url, b"{}")).body == b"2"
-            monkeypatch.setattr(_http, "_KEEPALIVE_S", 0.05)
-            await asyncio.sleep(0.1)  # idle longer than the keep-alive: not reused
-            assert (await t.post(url, b"{}")).body == b"3"
-            assert seen.connections == 3
-
-    asyncio.run(main())
-
-
-def test_bytes_out_of_turn_or_after_the_answer_retire_the_connection() -> None:
-    async def main() -> None:
-        async def chatty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-            while await read_request(reader, seen):
-                writer.write(answer(b"%d" % n) + b"HTTP/1.1 200 OK\r\n")  # a stray second answer
-
-        async with serving(chatty) as (url, seen):
-            t = transport()
-            assert (await t.post(url, b"{}")).body == b"1"
-            assert (await t.post(url, b"{}")).body == b"2"
-            assert seen.connections == 2
-
-    asyncio.run(main())
-
-
-def test_header_values_with_line_breaks_are_refused_without_showing_them() -> None:
-    with pytest.raises(ValueError, match="'Authorization'") as caught:
-        LeanTransport({"Authorization": "Bearer sk-secret\r\nX-Evil: 1"}, timeout=1)
-    assert "sk-secret" not in str(caught.value)
-
-
-def test_urls_that_are_not_http_are_connect_errors() -> None:
-    async def main() -> None:
-        for url in ("ftp://example.com/v1", "http:///nohost", "http://h:99999/v1"):
-            with pytest.raises(TransportError) as caught:
-                await transport().post(url, b"{}")
-            assert caught.value.connect
-
-    asyncio.run(main())
+from fault_server import Fate, FaultServer, completion, free_port
+from http_proxy import ForwardProxy, make_certificate, server_tls
+from moot.errors import ModelError
+from moot.models import base
+from moot.models.base import Message, ModelRequest
+from moot.models.openai import OpenAIModel
+from moot.models.transport import ResponseTooLarge, Transport, TransportError
+
+HOST = "models.internal.test"  # resolves nowhere but through the test proxy
+HEADERS = {"Authorization": "Bearer sk-test", "Content-Type": "application/json"}
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_from_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("NETRC", "/nonexistent/.netrc")
 
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed to make a test certificate (Debian package openssl)")
-    where = tmp_path_factory.mktemp("tls")
-    cert, key = where / "cert.pem", where / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    return make_certificate(tmp_path_factory.mktemp("tls"), HOST)
 
 
-def test_https_with_a_trusted_certificate_and_refusal_of_an_untrusted_one(
+def post(transport: Transport, url: str, body: bytes = b"{}", times: int = 1) -> list[Any]:
+    async def go() -> list[Any]:
+        try:
+            return [await transport.post(url, body) for _ in range(times)]
+        finally:
+            await transport.aclose()
+
+    return asyncio.run(go())
+
+
+def ok(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+    return Fate(content="hello")
+
+
+def test_keep_alive_headers_and_every_response_header() -> None:
+    with FaultServer(
+        lambda n, b, h: Fate(content="hi", headers={"X-Ratelimit-Remaining-Requests": "7"})
+    ) as srv:
+        raws = post(Transport(HEADERS, timeout=5), srv.url + "/chat/completions", b'{"a": 1}', times=3)
+        assert [json.loads(r.body)["choices"][0]["message"]["content"] for r in raws] == ["hi"] * 3
+        assert srv.bodies == [{"a": 1}] * 3
+        assert srv.headers[0]["authorization"] == "Bearer sk-test"
+        # Every header the server sent, looked up in any case (the rate-limit work reads them).
+        assert raws[0].headers["x-ratelimit-remaining-requests"] == "7"
+        assert raws[0].headers["X-RATELIMIT-REMAINING-REQUESTS"] == "7"
+
+
+def test_one_connection_serves_requests_one_after_another() -> None:
+    with FaultServer(ok) as srv:
+        post(Transport(HEADERS, timeout=5), srv.url + "/chat/completions", times=3)
+    assert srv.requests == 3 and srv.connections == 1
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_compressed_bodies_are_decoded(encoding: str) -> None:
+    plain = json.dumps(completion("squeezed")).encode()
+    packed = gzip.compress(plain) if encoding == "gzip" else zlib.compress(plain)
+    fate = Fate("status", status=200, payload=packed, headers={"Content-Encoding": encoding})
+    with FaultServer(lambda n, b, h: fate) as srv:
+        (raw,) = post(Transport(HEADERS, timeout=5), srv.url + "/chat/completions")
+    assert raw.body == plain
+
+
+def _gzip_of_zeros(megabytes: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip stream
+    block = bytes(1024 * 1024)
+    return b"".join(packer.compress(block) for _ in range(megabytes)) + packer.flush()
+
+
+def test_a_body_that_inflates_past_the_bound_is_an_error_not_an_out_of_memory() -> None:
+    bomb = _gzip_of_zeros(512)  # ~0.5 MB on the wire, 512 MiB inflated
+    fate = Fate("status", status=200, payload=bomb, headers={"Content-Encoding": "gzip"})
+    with FaultServer(lambda n, b, h: fate) as srv:
+        tracemalloc.start()
+        try:
+            with pytest.raises(ResponseTooLarge, match=r"longer than 8,388,608 bytes once decoded \(gzip\)"):
+                post(Transport(HEADERS, timeout=30, max_body_bytes=8 * 1024 * 1024), srv.url + "/x")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    # Far below the 512 MiB inflated (aiohttp 3.13 inflates up to 32 MiB a step: ~67 MB peak; 3.14 less).
+    assert peak < 128 * 1024 * 1024, f"{peak:,} bytes at the peak"
+
+
+def test_a_bomb_fails_the_models_call_once_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)
+    fate = Fate("status", status=200, payload=_gzip_of_zeros(40), headers={"Content-Encoding": "gzip"})
+    with FaultServer(lambda n, b, h: fate) as srv:
+        model = OpenAIModel("m", base_url=srv.url)
+        request = ModelRequest(messages=[Message(role="user", content="hi")])
+        with pytest.raises(ModelError, match="longer than 33,554,432 bytes once decoded") as caught:
+            asyncio.run(model.request(request))
+        assert not caught.value.retryable  # the same request would get the same body
+        assert srv.requests == 1
+
+
+def test_a_307_to_another_path_is_followed_with_the_post_and_its_body() -> None:
+    def handler(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+        if srv.paths[n] == "/v1/chat/completions":
+            return Fate("status", status=307, headers={"Location": "/v2/chat/completions"}, body="moved")
+        return Fate(content=f"answered at {srv.paths[n]}")
+
+    with FaultServer(handler) as srv:
+        (raw,) = post(Transport(HEADERS, timeout=5), srv.url + "/chat/completions", b'{"q": 2}')
+    assert raw.status == 200 and b"answered at /v2/chat/completions" in raw.body
+    assert srv.paths == ["/v1/chat/completions", "/v2/chat/completions"]
+    assert srv.bodies == [{"q": 2}, {"q": 2}]
+
+
+def test_a_refused_connection_is_a_connect_error() -> None:
+    with pytest.raises(TransportError, match="cannot connect") as caught:
+        post(Transport(HEADERS, timeout=5), f"http://127.0.0.1:{free_port()}/v1")
+    assert caught.value.connect and not caught.value.timeout
+
+
+def test_a_name_that_does_not_resolve_is_a_connect_error() -> None:
+    with pytest.raises(TransportError, match="cannot connect") as caught:
+        post(Transport(HEADERS, timeout=5), f"http://{HOST}:80/v1")
+    assert caught.value.connect
+
+
+@pytest.mark.parametrize("kind", ["drop", "malformed-head"])
+def test_a_broken_answer_could_have_reached_the_server(kind: str) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        if kind == "malformed-head":
+            writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    async def go() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            transport = Transport(HEADERS, timeout=5)
+            try:
+                with pytest.raises(TransportError, match="failed") as caught:
+                    await transport.post(f"http://127.0.0.1:{port}/v1", b"{}")
+            finally:
+                await transport.aclose()
+        assert not caught.value.connect and not caught.value.timeout
+
+    asyncio.run(go())
+
+
+def test_a_hung_request_times_out_having_reached_the_server() -> None:
+    with FaultServer(lambda n, b, h: Fate("hang")) as srv:
+        with pytest.raises(TransportError, match="timed out after 0.3 s") as caught:
+            post(Transport(HEADERS, timeout=0.3), srv.url + "/x")
+    assert caught.value.timeout and not caught.value.connect
+
+
+def test_header_values_with_line_breaks_are_refused_without_showing_them() -> None:
+    with pytest.raises(ValueError, match="'Authorization' has a line break") as caught:
+        Transport({"Authorization": "Bearer sk-secret\r\nX: y"}, timeout=5)
+    assert "sk-secret" not in str(caught.value)
+
+
+def test_https_trusts_ssl_cert_file_and_refuses_an_unknown_certificate(
     certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cert, key = certificate
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.load_cert_chain(cert, key)
-
-    async def main(trusted: bool) -> None:
-        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
-            while await read_request(reader, seen):
-                writer.write(answer(b"secure"))
-
-        async with serving(handler, tls) as (url, seen):
-            t = transport()
-            if trusted:
-                assert (await t.post(url, b"{}")).body == b"secure"
-                assert (await t.post(url, b"{}")).body == b"secure"
-                assert seen.connections == 1
-                await t.aclose()
-            else:
-                with pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED") as caught:
-                    await t.post(url, b"{}")
-                assert caught.value.connect  # the request never left
-
-    asyncio.run(main(trusted=False))
-    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-    asyncio.run(main(trusted=True))
+    with FaultServer(ok, tls=server_tls(*certificate)) as srv:
+        with pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED") as caught:
+            post(Transport(HEADERS, timeout=5), srv.url + "/x")
+        assert caught.value.connect  # the request never left
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+        (raw,) = post(Transport(HEADERS, timeout=5), srv.url + "/x")
+    assert raw.status == 200 and srv.requests == 1
 
 
-def test_a_host_name_is_looked_up_once_for_a_burst_and_each_address_tried_in_turn() -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        real = loop.getaddrinfo
-        lookups: list[str] = []
-
-        async def counting(host: str, port: int, **kwargs: object) -> list[tuple[object, ...]]:
-            lookups.append(host)
-            if host == "nowhere.test":
-                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-            found = await real("127.0.0.1", port, **kwargs)  # type: ignore[arg-type]
-            # An address where nothing listens first: the next one must be tried.
-            refused = await real("127.0.0.1", _closed_port(), **kwargs)  # type: ignore[arg-type]
-            return [*refused, *found]
-
-        loop.getaddrinfo = counting  # type: ignore[method-assign]
-        async with simple(answer(b"ok")) as (url, seen):
-            named = url.replace("127.0.0.1", "moot-test-host")
-            t = transport()
-            raws = await asyncio.gather(*(t.post(named, b"{}") for _ in range(30)))
-            assert {r.body for r in raws} == {b"ok"} and seen.connections == 30
-            assert lookups == ["moot-test-host"]  # one lookup served the whole burst
-            assert b"Host: moot-test-host:" in seen.heads[0]
-            for _ in range(2):  # a failed lookup is not remembered: each request looks again
-                with pytest.raises(TransportError, match="cannot connect.*not known") as caught:
-                    await t.post("http://nowhere.test:80/v1", b"{}")
-                assert caught.value.connect
-            assert lookups.count("nowhere.test") == 2
-
-    asyncio.run(main())
+@pytest.fixture
+def proxy() -> Iterator[ForwardProxy]:
+    with ForwardProxy({HOST: "127.0.0.1"}) as running:
+        yield running
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def test_http_proxy_carries_http_requests_with_its_credentials_never_shown(
+    proxy: ForwardProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", proxy.url.replace("//", "//alice:s3cret@"))
+    with FaultServer(ok, host=HOST) as srv:
+        (raw,) = post(Transport(HEADERS, timeout=5), srv.url + "/chat/completions")
+    assert raw.status == 200 and srv.requests == 1
+    assert proxy.seen == [("POST", f"http://{HOST}:{srv.port}/v1/chat/completions")]
+    assert proxy.auth == ["Basic YWxpY2U6czNjcmV0"]  # alice:s3cret
+    assert srv.headers[0]["authorization"] == "Bearer sk-test"  # the key still reaches the server
+    # A proxy that cannot be reached: a connect error that does not show the password.
+    monkeypatch.setenv("HTTP_PROXY", f"http://alice:s3cret@127.0.0.1:{free_port()}")
+    with pytest.raises(TransportError, match="cannot connect") as caught:
+        post(Transport(HEADERS, timeout=5), f"http://{HOST}:1/v1/chat/completions")
+    assert caught.value.connect and "s3cret" not in str(caught.value)
 
 
-def test_an_ip_address_needs_no_lookup() -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
+def test_https_proxy_tunnels_to_a_host_only_it_can_resolve(
+    proxy: ForwardProxy, certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url.replace("//", "//alice:s3cret@"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+    with FaultServer(ok, tls=server_tls(*certificate), host=HOST) as srv:
+        raws = post(Transport(HEADERS, timeout=5), srv.url + "/chat/completions", times=2)
+    assert [r.status for r in raws] == [200, 200] and srv.requests == 2
+    assert proxy.seen == [("CONNECT", f"{HOST}:{srv.port}")]  # one tunnel, kept alive
+    assert proxy.auth == ["Basic YWxpY2U6czNjcmV0"]  # the proxy's credentials, never the API key
 
-        async def no_lookup(*args: object, **kwargs: object) -> list[tuple[object, ...]]:
-            raise AssertionError(f"looked up {args}")
 
-        loop.getaddrinfo = no_lookup  # type: ignore[method-assign]
-        async with simple(answer(b"ok")) as (url, _):
-            assert (await transport().post(url, b"{}")).body == b"ok"
+def test_a_proxy_variable_without_a_scheme_is_an_http_proxy(
+    proxy: ForwardProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", f"127.0.0.1:{proxy.port}")  # as curl takes it
+    with FaultServer(ok, host=HOST) as srv:
+        (raw,) = post(Transport(HEADERS, timeout=5), srv.url + "/chat/completions")
+    assert raw.status == 200 and len(proxy.seen) == 1
 
-    asyncio.run(main())
+
+def test_no_proxy_bypasses_the_proxy(proxy: ForwardProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with FaultServer(ok) as srv:
+        (raw,) = post(Transport(HEADERS, timeout=5), srv.url + "/chat/completions")
+    assert raw.status == 200 and srv.requests == 1 and proxy.seen == []
+
+
+def test_netrc_credentials_for_an_endpoint_without_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login bob password hunter2\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setattr(base, "ALLOW_MODEL_REQUESTS", True)
+    request = ModelRequest(messages=[Message(role="user", content="hi")])
+    with FaultServer(ok) as srv:
+        asyncio.run(OpenAIModel("m", base_url=srv.url).request(request))  # no key: .netrc's
+        asyncio.run(OpenAIModel("m", base_url=srv.url, api_key="sk-real").request(request))  # the key
+    assert [h["authorization"] for h in srv.headers] == ["Basic Ym9iOmh1bnRlcjI=", "Bearer sk-real"]
 
 
 def test_on_uvloop_as_in_rays_workers() -> None:
-    """uvloop's transports are no asyncio.Transport subclass (a check for one failed every request
-    of `moot absa --ray`): keep-alive, a chunked body, a time-out and a looked-up name on uvloop."""
+    """Ray's workers run on uvloop: keep-alive, a time-out and a looked-up name there."""
     import uvloop
 
-    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"
+    def handler(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+        return Fate("hang") if body.get("hang") else Fate(content="ok")
 
-    async def main() -> None:
+    async def main(url: str) -> None:
         assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+        transport = Transport(HEADERS, timeout=0.5)
+        assert [(await transport.post(url, b"{}")).status for _ in range(3)] == [200] * 3
+        with pytest.raises(TransportError, match="timed out") as caught:
+            await transport.post(url, b'{"hang": true}')
+        assert caught.value.timeout
+        assert (await transport.post(url.replace("127.0.0.1", "localhost"), b"{}")).status == 200
+        # No aclose: the loop's shutdown closes the session, with no "Unclosed" warning.
 
-        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-            while await read_request(reader, seen):
-                if seen.bodies[-1] == b"hang":
-                    await asyncio.sleep(30)
-                writer.write(chunked)
-
-        async with serving(handler) as (url, seen):
-            t = transport(timeout=0.3)
-            assert [(await t.post(url, b"{}")).body for _ in range(3)] == [b"ok"] * 3
-            assert seen.connections == 1
-            with pytest.raises(TransportError, match="timed out") as caught:
-                await t.post(url, b"hang")
-            assert caught.value.timeout
-            assert (await t.post(url.replace("127.0.0.1", "localhost"), b"{}")).body == b"ok"
-            await t.aclose()
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(main())
+    with FaultServer(handler) as srv, asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main(srv.url + "/chat/completions"))
+    assert srv.requests == 5

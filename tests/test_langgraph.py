@@ -568,6 +568,61 @@ def test_node_human_review_pauses_once_and_records_the_decision(tmp_path: Path) 
     assert [e.data["decision"]["answer"] for e in reviews] == ["Blue light scatters most."]
 
 
+def test_node_human_review_under_invoke_pauses_once_and_records_the_decision(tmp_path: Path) -> None:
+    """``app.invoke`` takes the sync path: the debate is a sync task, run once, resumed without it."""
+    from langgraph.checkpoint.memory import MemorySaver
+    from langgraph.types import Command
+
+    model = ScriptedModel(answer_script())
+    graph = answer_pipeline_review(model, MemorySaver(), "always", store=tmp_path / "runs.db")
+    config = {"configurable": {"thread_id": "r"}}
+    paused = graph.invoke({"query": "Q?", "answer": "from compose"}, config)
+    (pending,) = paused["__interrupt__"]
+    assert pending.value["final_answer"] == "Rayleigh scattering, synthesized."
+    state = graph.invoke(Command(resume={"answer": "Blue light scatters most."}), config)
+    assert len(model.requests) == 5  # resuming did not run the debate again
+    assert state["answer"] == "Blue light scatters most."
+    stored, reviews = stored_review(tmp_path / "runs.db", state["debate"]["id"])
+    assert stored.status == "complete" and stored.result["final_answer"] == "Blue light scatters most."
+    assert [e.data["decision"]["answer"] for e in reviews] == ["Blue light scatters most."]
+
+
+def test_debate_node_runs_under_invoke_and_ainvoke_alike() -> None:
+    """LangGraph's ``invoke`` gets a sync path, ``ainvoke`` the async one; both make the same update."""
+    from langgraph.graph import END, START, StateGraph
+
+    def graph_of(model: Any) -> Any:
+        graph = StateGraph(Pipeline)
+        graph.add_node("debate", debate_node("answer", model=model, topic_key="query", answer_key="answer"))
+        graph.add_edge(START, "debate")
+        graph.add_edge("debate", END)
+        return graph.compile()
+
+    sync_model, async_model = ScriptedModel(answer_script()), ScriptedModel(answer_script())
+    sync = graph_of(sync_model).invoke({"query": "Q?"})
+    async_ = asyncio.run(graph_of(async_model).ainvoke({"query": "Q?"}))
+    assert sync["answer"] == async_["answer"] == "Rayleigh scattering, synthesized."
+    assert isinstance(sync["debate"], dict) and sync["debate"]["usage"]["calls"] == 5
+    assert len(sync_model.requests) == len(async_model.requests) == 5
+
+
+def test_debate_node_invoke_from_inside_a_running_event_loop() -> None:
+    """``app.invoke`` called by async code (a notebook cell): the debate gets a loop in a thread."""
+    from langgraph.graph import END, START, StateGraph
+
+    graph = StateGraph(Pipeline)
+    graph.add_node("debate", debate_node("answer", model=ScriptedModel(answer_script()), topic_key="query"))
+    graph.add_edge(START, "debate")
+    graph.add_edge("debate", END)
+    app = graph.compile()
+
+    async def inside() -> dict[str, Any]:
+        out: dict[str, Any] = app.invoke({"query": "Q?"})
+        return out
+
+    assert asyncio.run(inside())["debate"]["final_answer"] == "Rayleigh scattering, synthesized."
+
+
 def test_node_split_review_skips_a_clear_decision_and_needs_a_checkpointer() -> None:
     graph = answer_pipeline_review(ScriptedModel(answer_script()), None, "split")
     with pytest.raises(UsageError, match="needs a checkpointer"):

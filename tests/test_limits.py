@@ -488,7 +488,7 @@ class TestServers:
         assert stats["paced"] is not None or server.throttled == 0
 
     def test_models_sending_to_one_endpoint_share_its_gate(self) -> None:
-        """Two model objects on one server, one over the lean stack and one over the openai SDK:
+        """Two model objects on one server, one over the aiohttp stack and one over the openai SDK:
         one limit and one Retry-After pause for both, so the server's 429s are shared too."""
         pytest.importorskip("openai")
         with LimitServer("rate", rate=20, latency=0.02) as server:

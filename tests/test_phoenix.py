@@ -143,7 +143,7 @@ def test_a_moot_run_is_a_trace_in_phoenix(phoenix: str, preset: str, tmp_path: P
     reason="MOOT_UPDATE_SCREENSHOTS=1 retakes docs/img/phoenix-trace.png",
 )
 def test_screenshot_of_a_debate_trace(phoenix: str, tmp_path: Path) -> None:
-    """The README's picture: an adversarial debate on the embedded model, in Phoenix's trace view."""
+    """docs/tracing-reference.md's picture: an adversarial debate on the embedded model, in Phoenix."""
     sync_api = pytest.importorskip("playwright.sync_api")
     chromium = os.environ.get("MOOT_CHROMIUM") or "/usr/bin/chromium"
     done = _moot(

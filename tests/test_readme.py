@@ -1,14 +1,17 @@
-"""The README cannot drift from the code: its synopsis is the CLI's, its snippets run.
+"""The README and the reference pages moved out of it cannot drift from the code.
 
-- The ``## Command line`` synopsis names every command and every option ``--help`` has,
-  and no other.
-- Every fenced ``python`` block runs, on the offline ``test`` model (``model="local"``
-  becomes ``"test"``); every ``moot ...`` line of the ``sh`` blocks runs too, with
-  ``--model`` set to ``test`` and the example paths made absolute. Lines that need a
-  server or an install (``make``, ``OPENAI_BASE_URL=...``) run in the integration tests.
-- Marked ``integration``: the first Python snippet and the quickstart command run as
-  written on the embedded model and make a full ``answer`` debate (5 calls, no fallback);
-  the quickstart against llama.cpp's server runs as written.
+- The synopsis in ``docs/cli.md`` (its first ``text`` block) names every command and every
+  option ``--help`` has, and no other.
+- Every fenced ``python`` block of the README and of those pages (``PAGES``) runs, on the
+  offline ``test`` model (``model="local"`` becomes ``"test"``); every ``moot ...`` line of
+  their ``sh`` blocks runs too, with ``--model`` set to ``test`` and the example paths made
+  absolute. Lines that need a server or an install (``make``, ``OPENAI_BASE_URL=...``) run in
+  the integration tests.
+- The quickstart is exactly ``make demo`` then ``make test``, and ``make demo`` runs one bare
+  ``moot run``.
+- Marked ``integration``: the first Python snippet and the demo's command run as written on
+  the embedded model and make a full ``answer`` debate (5 calls, no fallback); the quickstart
+  against llama.cpp's server runs as written.
 """
 
 from __future__ import annotations
@@ -34,10 +37,42 @@ from moot.cli import app, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# The README's reference material moved to these pages; their snippets run as the README's did.
+PAGES = [
+    ROOT / "README.md",
+    *(
+        ROOT / "docs" / f"{name}.md"
+        for name in (
+            "absa",
+            "bench",
+            "benchmarks",
+            "caching-replay",
+            "cli",
+            "cluster",
+            "concurrency",
+            "development",
+            "failures",
+            "langgraph",
+            "models-reference",
+            "protocols",
+            "runs",
+            "tracing-reference",
+        )
+    ),
+]
 
 
-def _blocks(lang: str) -> list[str]:
-    return [m.group(1) for m in re.finditer(rf"```{lang}\n(.*?)```", README, flags=re.S)]
+def _blocks(lang: str, text: str = README) -> list[str]:
+    return [m.group(1) for m in re.finditer(rf"```{lang}\n(.*?)```", text, flags=re.S)]
+
+
+def _page_blocks(lang: str) -> list[tuple[str, int, str]]:
+    """``(page, index, code)`` for every ``lang`` block of every page in ``PAGES``."""
+    return [
+        (page.relative_to(ROOT).as_posix(), index, code)
+        for page in PAGES
+        for index, code in enumerate(_blocks(lang, page.read_text(encoding="utf-8")))
+    ]
 
 
 def _leaf_commands() -> dict[str, Any]:
@@ -57,9 +92,9 @@ def _leaf_commands() -> dict[str, Any]:
 
 def _synopsis() -> dict[str, str]:
     """Synopsis entries by command path (``moot protocols`` alone lists presets)."""
-    section = README[README.index("## Command line") :]
-    block = re.search(r"```text\n(.*?)```", section, flags=re.S)
-    assert block, "no ```text synopsis block under ## Command line"
+    cli = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    block = re.search(r"```text\n(.*?)```", cli, flags=re.S)
+    assert block, "no ```text synopsis block in docs/cli.md"
     entries: dict[str, str] = {}
     current = ""
     for line in block.group(1).splitlines():
@@ -86,8 +121,8 @@ def test_synopsis_matches_help() -> None:
         for param in command.params:
             if param.param_type_name == "option" and "--help" not in param.opts:
                 assert param.opts[0] in text, (
-                    f"moot {path} has {param.opts[0]}, which the README's synopsis (```text block under"
-                    f" ## Command line) does not list: add it there, and say what it does below it"
+                    f"moot {path} has {param.opts[0]}, which the synopsis (the first ```text block of"
+                    f" docs/cli.md) does not list: add it there, and say what it does below it"
                 )
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", text):
             assert flag in known, f"moot {path}: the synopsis has {flag}, which --help does not"
@@ -119,11 +154,14 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
 
 
-@pytest.mark.parametrize("index", range(len(_blocks("python"))))
-def test_python_snippets_run(index: int, offline: Path) -> None:
-    code = _blocks("python")[index].replace('model="local"', 'model="test"')
+@pytest.mark.parametrize(
+    ("page", "index", "code"),
+    [pytest.param(*block, id=f"{block[0]}:{block[1]}") for block in _page_blocks("python")],
+)
+def test_python_snippets_run(page: str, index: int, code: str, offline: Path) -> None:
+    code = code.replace('model="local"', 'model="test"')
     code = re.sub(r'"(openai|anthropic):[^"]*"', '"test"', code)
-    _exec(code, f"README python block {index}")
+    _exec(code, f"{page} python block {index}")
 
 
 def _exec(code: str, name: str) -> dict[str, Any]:
@@ -140,7 +178,7 @@ def _exec(code: str, name: str) -> dict[str, Any]:
 
 def _moot_lines() -> list[list[str]]:
     lines = []
-    for block in _blocks("sh"):
+    for _page, _index, block in _page_blocks("sh"):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line.split("  #")[0]) if line.strip() else []
             if not words or words[0] not in ("moot", ".venv/bin/moot"):
@@ -177,10 +215,20 @@ def test_first_python_snippet_runs_a_full_answer_debate(monkeypatch: pytest.Monk
     assert result.final_answer
 
 
-def _quickstart_topic() -> str:
-    words = shlex.split(_blocks("sh")[0].splitlines()[1])
-    assert words[:2] == [".venv/bin/moot", "run"] and len(words) == 3, "the quickstart is one bare moot run"
+def _demo_topic() -> str:
+    """The topic of the one bare ``moot run`` that ``make demo`` runs."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = re.search(r"^demo: \$\(STAMP\)\n\t(.*)$", makefile, flags=re.M)
+    assert recipe, "make demo must depend on the install stamp: it installs what it runs"
+    words = shlex.split(recipe.group(1))
+    assert words[:2] == ["$(BIN)/moot", "run"] and len(words) == 3, "make demo is one bare moot run"
     return words[2]
+
+
+def test_quickstart_is_make_demo_then_make_test() -> None:
+    commands = [line.split("#")[0].strip() for line in _blocks("sh")[0].splitlines()]
+    assert commands == ["make demo", "make test"]
+    assert _demo_topic() in README, "the README says which debate make demo runs"
 
 
 @pytest.mark.integration
@@ -189,7 +237,7 @@ def test_quickstart_runs_a_full_answer_debate(
 ) -> None:
     monkeypatch.delenv("MOOT_MODEL", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert main(["run", _quickstart_topic()]) == 0
+    assert main(["run", _demo_topic()]) == 0
     out = capsys.readouterr().out
     assert "5 calls" in out and "0 failed turns" in out and "demo model" in out
 
@@ -203,7 +251,7 @@ def _free_port() -> int:
 @pytest.mark.integration
 def test_server_quickstart_runs_as_written(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp.server", reason="the server extra (llama-cpp-python[server]) is needed")
-    block = _blocks("sh")[1]
+    (block,) = [b for b in _blocks("sh") if "llama_cpp.server" in b]
     port = str(_free_port())
     venv = Path(sys.executable).parent
     script = block.replace("8011", port).replace(".venv/bin/", f"{venv}/")

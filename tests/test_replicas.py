@@ -13,12 +13,12 @@ import pytest
 from fault_server import Fate, FaultServer, free_port
 from moot.errors import ModelConnectionError, UsageError
 from moot.models import base
-from moot.models._http import RawResponse, TransportError
 from moot.models._spec import spec_from_mapping
 from moot.models.base import _CURRENT_STATS, CallStats, Message, ModelRequest
 from moot.models.openai import OpenAIModel
 from moot.models.replicas import ReplicaPool, split_endpoints
 from moot.models.retry import RetryPolicy, call_model
+from moot.models.transport import RawResponse, TransportError
 
 PLAIN = ModelRequest(messages=[Message(role="user", content="hi")])
 
@@ -184,8 +184,8 @@ class TestConfiguration:
         with pytest.raises(ValueError, match="non-empty list"):
             spec_from_mapping({"spec": "openai:m", "endpoints": []})
 
-    def test_several_endpoints_need_the_lean_stack(self) -> None:
-        with pytest.raises(UsageError, match="lean HTTP stack"):
+    def test_several_endpoints_need_the_aiohttp_stack(self) -> None:
+        with pytest.raises(UsageError, match="aiohttp HTTP stack"):
             OpenAIModel("m", base_url="http://a:1/v1,http://b:2/v1", http="sdk")
 
 

@@ -71,7 +71,7 @@ def _allow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MOOT_OPENAI_HTTP", raising=False)
 
 
-@pytest.mark.parametrize("http", ["lean", "sdk"])
+@pytest.mark.parametrize("http", ["aiohttp", "sdk"])
 def test_a_server_that_samples_n_gets_one_request(http: str) -> None:
     with FaultServer(samples_n) as server:
         model = OpenAIModel("m", base_url=server.url, http=http)  # type: ignore[arg-type]

@@ -172,7 +172,7 @@ def test_cli_run_against_a_dripping_server_is_bounded_per_request(
 
 
 @pytest.mark.usefixtures("allow")
-@pytest.mark.parametrize("http", ["lean", "sdk"])
+@pytest.mark.parametrize("http", ["aiohttp", "sdk"])
 def test_refused_connections_are_not_counted_as_requests_sent(http: str) -> None:
     from fault_server import free_port
     from moot.errors import ModelConnectionError

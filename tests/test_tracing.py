@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
@@ -18,14 +19,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import moot.app.tracing as tracing
 from engine_helpers import ans
 from moot import Debate, FunctionModel, ModelRequest, ScriptedModel, observe
-from moot.app.sdk import TracerProvider as MootTracerProvider
 from moot.app.tracing import (
     CAPTURE_ENV,
     DebateTracer,
     TraceObserver,
     active_tracer,
+    capture_content,
     model_name,
     provider_name,
     trace_observer,
@@ -35,11 +37,11 @@ from moot.models import base
 from moot.protocol import preset_names
 
 
-@pytest.fixture(params=["sdk", "moot"])
-def spans(request: pytest.FixtureRequest) -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    """The SDK's provider, and the ``moot`` command's (:mod:`moot.app.sdk`): the same spans from both."""
+@pytest.fixture
+def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    """The SDK's provider (what the ``moot`` command installs), its spans kept in memory."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider() if request.param == "sdk" else MootTracerProvider()
+    provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     yield provider, exporter
     provider.shutdown()
@@ -233,6 +235,40 @@ def test_content_on_with_the_convention_variable(
     assert SECRET_TOPIC in json.dumps(sent) and SECRET_CONTEXT in json.dumps(sent)
     assert json.loads(str(chat["gen_ai.output.messages"]))[0]["finish_reason"] == "stop"
     assert (ops["invoke_workflow"][0].attributes or {})["moot.topic"] == SECRET_TOPIC
+
+
+@pytest.mark.parametrize("value", ["SPAN_AND_EVENT", "span_only", "True", "1", "yes"])
+def test_content_on_with_either_documented_form(
+    value: str, spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch, caplog
+) -> None:
+    # The enum form is what OpenTelemetry's GenAI utilities document with the opt-in below.
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    monkeypatch.setenv(CAPTURE_ENV, value)
+    provider, exporter = spans
+    tracer = DebateTracer(provider.get_tracer("moot"))
+    assert tracer.capture is True
+    Debate("answer", model="test").run_sync(SECRET_TOPIC, on_event=tracer.on_event)
+    chat = _by_op(exporter.get_finished_spans())["chat"][0].attributes or {}
+    assert SECRET_TOPIC in str(chat["gen_ai.input.messages"]) and "gen_ai.output.messages" in chat
+    assert not caplog.records
+
+
+@pytest.mark.parametrize("value", ["NO_CONTENT", "false", "0", "no", ""])
+def test_content_off_values(value: str, monkeypatch, caplog) -> None:
+    monkeypatch.setenv(CAPTURE_ENV, value)
+    assert capture_content() is False and not caplog.records
+
+
+@pytest.mark.parametrize("value", ["EVENT_ONLY", "everything"])
+def test_an_unknown_or_event_only_value_captures_nothing_and_warns_once(
+    value: str, monkeypatch, caplog
+) -> None:
+    monkeypatch.setenv(CAPTURE_ENV, value)
+    monkeypatch.setattr(tracing, "_CAPTURE_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="moot"):
+        assert capture_content() is False and capture_content() is False
+    (record,) = caplog.records
+    assert CAPTURE_ENV in record.getMessage() and record.name.startswith("moot")
 
 
 def test_no_secret_in_any_span(spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch) -> None:

@@ -37,6 +37,25 @@ def _value(v: Any) -> Any:
     return getattr(v, kind) if kind else None
 
 
+def _spans(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
+    out = []
+    for rs in request.resource_spans:
+        resource = {a.key: _value(a.value) for a in rs.resource.attributes}
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                out.append(
+                    {
+                        "name": s.name,
+                        "id": s.span_id.hex(),
+                        "parent": s.parent_span_id.hex() or None,
+                        "attributes": {a.key: _value(a.value) for a in s.attributes},
+                        "status": s.status.code,
+                        "resource": resource,
+                    }
+                )
+    return out
+
+
 class Collector:
     """An OTLP/HTTP trace endpoint that keeps every span it is sent (name, ids, attributes, resource)."""
 
@@ -52,20 +71,7 @@ class Collector:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
-                for rs in request.resource_spans:
-                    resource = {a.key: _value(a.value) for a in rs.resource.attributes}
-                    for ss in rs.scope_spans:
-                        for s in ss.spans:
-                            collector.spans.append(
-                                {
-                                    "name": s.name,
-                                    "id": s.span_id.hex(),
-                                    "parent": s.parent_span_id.hex() or None,
-                                    "attributes": {a.key: _value(a.value) for a in s.attributes},
-                                    "status": s.status.code,
-                                    "resource": resource,
-                                }
-                            )
+                collector.spans.extend(_spans(request))
                 payload = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -180,3 +186,63 @@ def test_an_unreachable_endpoint_does_not_fail_the_run(tmp_path: Any) -> None:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("moot: warning: cannot export traces"), done.stderr
     assert time.monotonic() - started < 2 + 20  # the exporter's own timeout, plus the process itself
+
+
+def _run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "moot", "run", "Is tea good for you?", "--model", "test", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_sampler_that_drops_every_trace_exports_nothing(collector: Collector, tmp_path: Any) -> None:
+    # OTEL_TRACES_SAMPLER is the documented knob for less tracing overhead (read by the SDK itself).
+    done = _run(_env(collector, tmp_path, OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG="0"))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert collector.spans == []
+    kept = _run(_env(collector, tmp_path, OTEL_TRACES_SAMPLER="always_on"))
+    assert kept.returncode == 0 and len(collector.spans) == 11  # 1 run + 5 turns + 5 requests
+
+
+def test_http_json_is_one_warning_and_exports_http_protobuf(collector: Collector, tmp_path: Any) -> None:
+    done = _run(_env(collector, tmp_path, OTEL_EXPORTER_OTLP_PROTOCOL="http/json"))
+    lines = done.stderr.splitlines()
+    assert done.returncode == 0 and len(lines) == 1 and "http/protobuf" in lines[0], done.stderr
+    assert any(s["name"] == "invoke_workflow answer" for s in collector.spans)
+
+
+def test_grpc_exports_to_an_otlp_grpc_endpoint(tmp_path: Any) -> None:
+    grpc = pytest.importorskip("grpc")
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+    received: list[dict[str, Any]] = []
+
+    class Service(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+        def Export(self, request: ExportTraceServiceRequest, context: Any) -> ExportTraceServiceResponse:  # noqa: N802 - gRPC's name
+            received.extend(_spans(request))
+            return ExportTraceServiceResponse()
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env = {
+            **clean,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "MOOT_STORE": str(tmp_path / "r.db"),
+        }
+        done = _run(env)
+    finally:
+        server.stop(grace=None)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    (root,) = [s for s in received if s["parent"] is None]
+    assert root["name"] == "invoke_workflow answer" and len(received) == 11

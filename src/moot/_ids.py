@@ -1,22 +1,19 @@
-"""Unique ids without a system call per id.
+"""Unique ids for runs and debates: the standard library's random UUIDs.
 
-``uuid.uuid4()`` reads ``os.urandom`` every time, which costs up to ~0.4 ms on
-these VMs; one private generator, seeded from ``os.urandom`` once per process
-(and again in a forked child), gives ids just as unique at ~1 µs, and a
-program's own ``random.seed()`` cannot make two processes repeat them.
+``uuid.uuid4()`` draws from ``os.urandom``: unique across processes and forks, and a
+program's own ``random.seed()`` cannot make two processes repeat an id. A run or a
+debate takes one id, so its cost (a few microseconds, ~0.4 ms at worst on a busy VM)
+is nothing next to a model call. (``uuid7`` would not do for the 12-digit debate ids:
+its first 48 bits are the time in milliseconds.)
 """
 
 from __future__ import annotations
 
-import os
-import random
+import uuid
 
 __all__ = ["new_id"]
 
-_rng = random.Random()  # seeded from os.urandom
-os.register_at_fork(after_in_child=_rng.seed)
-
 
 def new_id(hex_digits: int = 32) -> str:
-    """A random id of ``hex_digits`` lowercase hex digits."""
-    return f"{_rng.getrandbits(4 * hex_digits):0{hex_digits}x}"
+    """A random id of ``hex_digits`` (at most 32) lowercase hex digits, from :func:`uuid.uuid4`."""
+    return uuid.uuid4().hex[:hex_digits]

@@ -32,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -52,10 +53,10 @@ from .contradictions import (
 from .deadline import Deadline, timeout_scope
 from .engine import Debate, DebateRun, EventCallback
 from .human_review import HumanDecision, ReviewMode, ask_human, check_mode, require_checkpointer, run_once
-from .models import ModelLike, default_model_spec
+from .models import ModelLike, default_model_spec, resolve_model
 from .models.base import Usage
 from .models.cache import cache_scope
-from .observe import PipelineEvent, RunStart, degraded_status, observed
+from .observe import PipelineEvent, RunHandle, RunStart, degraded_status, observed
 from .schemas import Arbitration
 from .transcript import DebateResult, Turn
 
@@ -307,7 +308,7 @@ async def arbitrate(
     )
     if store is None and debate is not None:
         store = debate.store
-    with observed(start, store=store) as run:
+    with cache_scope(cache), _observed_after_models(start, store, debate, model) as run:
 
         async def progress(*args: Any) -> None:  # seed 004's callback, as it was called
             stage, status, data, latency = (*args, None, None)[:4]
@@ -315,21 +316,38 @@ async def arbitrate(
             run.emit(PipelineEvent(kind="progress", data=payload))
             await _notify(on_progress, *args)
 
-        with cache_scope(cache):
-            result = await _arbitrate(
-                parsed,
-                model=model,
-                concurrency=concurrency,
-                on_progress=progress,
-                debate=debate,
-                source_authority=source_authority,
-                timeout_s=timeout_s,
-                deadline=deadline,
-                on_event=on_event,
-            )
+        result = await _arbitrate(
+            parsed,
+            model=model,
+            concurrency=concurrency,
+            on_progress=progress,
+            debate=debate,
+            source_authority=source_authority,
+            timeout_s=timeout_s,
+            deadline=deadline,
+            on_event=on_event,
+        )
         failed = sum(1 for r in result.rulings if r.decision is None)
         run.end(degraded_status(failed, len(result.rulings)), result, summary={"failed": failed})
     return result
+
+
+@contextmanager
+def _observed_after_models(
+    start: RunStart, store: Any, debate: Debate | None, model: ModelLike | None
+) -> Iterator[RunHandle]:
+    """The arbitration's observed run, opened once its models resolve (inside the cache scope).
+
+    A model spec that cannot work (``user:pass@`` in a URL, an unknown option) is a usage error
+    raised before anything is recorded: exit 2 writes nothing.
+    """
+    if debate is not None:
+        for key in debate.protocol.personas:
+            debate.model_for(key)
+    elif model is not None:
+        resolve_model(model)
+    with observed(start, store=store) as run:
+        yield run
 
 
 async def _arbitrate(

@@ -92,6 +92,18 @@ async def run_once(name: str, step: Callable[[], Awaitable[T]]) -> T:
     return result
 
 
+def run_once_sync(name: str, step: Callable[[], T]) -> T:
+    """:func:`run_once` for a graph run with ``invoke``: ``step`` as a LangGraph sync task."""
+    from langgraph.func import task
+
+    def body() -> T:
+        return step()
+
+    body.__name__ = name
+    result: T = task(body)().result()
+    return result
+
+
 def ask_human(summary: dict[str, Any]) -> Any:
     """Pause the graph with ``summary`` as the interrupt's value; return the resume value."""
     from langgraph.types import interrupt

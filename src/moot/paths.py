@@ -27,7 +27,9 @@ from typing import Any
 from .errors import ConfigError, UsageError
 
 __all__ = [
+    "CACHE_DIR_ENV",
     "allow_outside_paths",
+    "cache_dir",
     "outside_paths_allowed",
     "read_text",
     "resolve_config_path",
@@ -167,3 +169,20 @@ def resolve_prompt_paths(data: dict[str, Any], base_dir: Path, *, source: str) -
             name: nested(spec, f"speakers_spec.{name}.prompt") for name, spec in speakers.items()
         }
     return out
+
+
+CACHE_DIR_ENV = "MOOT_CACHE_DIR"
+"""Environment variable naming moot's own cache folder (what moot learnt about endpoints)."""
+
+
+def cache_dir() -> Path:
+    """The per-user cache folder: ``$MOOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/moot``, else ``~/.cache/moot``.
+
+    Not created here: whoever writes into it does. Nothing in it is needed: deleting it only
+    makes moot learn again what it had remembered.
+    """
+    explicit = os.environ.get(CACHE_DIR_ENV, "").strip()
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "moot"

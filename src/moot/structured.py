@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from .deadline import Deadline
 from .errors import ModelError, ModelHTTPError, UsageError, error_text
 from .jsontext import extract_json, parse_partial
-from .models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage
+from .models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage, public_endpoint
 from .models.retry import RetryPolicy, call_model
 from .transcript import RequestRecord, RetryRecord
 
@@ -301,7 +301,6 @@ class _RequestWatch:
     ) -> RequestRecord:
         u, (calls, prompt, completion, attempts, cached) = self.stats.usage, self._before
         req = self.request
-        endpoint = getattr(self.model, "base_url", None)
         # Validated construction: pydantic-core checks these typed fields in ~6 us, where
         # model_construct's Python loop over them takes ~11 (one record a request while traced).
         return RequestRecord(
@@ -324,7 +323,7 @@ class _RequestWatch:
             error_kind=error_kind,
             error=error,
             retries=self.retries,
-            endpoint=endpoint if isinstance(endpoint, str) else None,
+            endpoint=public_endpoint(self.model),
             messages=req.messages,
             reply=response.text if response is not None else None,
         )

@@ -254,6 +254,23 @@ class DebateResult(BaseModel):
         """
         return not self.skipped and (self.fallback is not None or self.failed_turns > 0)
 
+    def __str__(self) -> str:
+        """What ``print(result)`` shows: the answer, and why it is a fallback when it is one.
+
+        The answer of a run that fell back is the initial answer or the best one so far, which
+        reads like any other: the reason sits beside it, where a person looks.
+        """
+        head = f"{self.protocol} debate {self.id}: " + ("skipped; " if self.skipped else "")
+        lines = [head + f"final answer {self.final_answer!r}"]
+        if self.fallback is not None:
+            lines.append(f"  FALLBACK, because {self.fallback}")
+        if self.failed_turns:
+            lines.append(f"  {self.failed_turns} failed turn(s): see result.turns() (each has .error)")
+        lines.append(
+            f"  {self.usage.calls} calls, {self.usage.prompt_tokens + self.usage.completion_tokens} tokens"
+        )
+        return "\n".join(lines)
+
     def record_json(self) -> str:
         """This result as JSON with each turn's :attr:`Turn.sent` messages (the stored record)."""
         data = self.model_dump(mode="json")
@@ -331,7 +348,8 @@ class RequestRecord(BaseModel):
     retries: list[RetryRecord] = Field(default_factory=list)
     """Transient failures retried within this request."""
     endpoint: str | None = None
-    """The backend's base URL, if it has one (subscribers show only host and port)."""
+    """The backend's base URL, if it has one, credentials masked (:func:`moot.models.base.public_endpoint`;
+    subscribers show only host and port)."""
     messages: list[Message] = Field(default_factory=list, exclude=True)
     """The messages sent (in memory only: never serialised)."""
     reply: str | None = Field(None, exclude=True)

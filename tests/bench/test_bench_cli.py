@@ -205,3 +205,28 @@ def test_blank_replies_are_counted_and_a_method_with_nothing_but_blanks_exits_1(
         assert run.summary["blank_replies"] == {"single": 4}
     lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["rounds"][0][0]["text"] for line in lines] == [" \n"] * 4  # raw text kept
+
+
+def test_a_vote_whose_samples_are_all_the_same_text_is_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Any
+) -> None:
+    """``vote:3`` at a deterministic default temperature: three copies of one answer on every item.
+
+    Said once on stderr and in report.md, with the way out (``--temperature``); samples that differ
+    (the seed differs per agent) are not flagged.
+    """
+    fake_provider("greedy", lambda rest: FunctionModel(lambda request: "The answer is (7)."))
+    fake_provider("sampled", lambda rest: FunctionModel(lambda request: f"I think ({request.seed})."))
+    base = ["bench", "--task", "arithmetic", "--methods", "single,vote:3", "--n", "3"]
+    base += ["--no-plots", "--no-store"]
+    assert main([*base, "--model", "greedy:a", "--out", str(tmp_path / "g")]) == 0
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("moot: warning:")]
+    assert len(warnings) == 1 and "same text for vote:3 (3 of 3 items)" in warnings[0]
+    assert "default temperature" in warnings[0] and "--temperature 0.7" in warnings[0]
+    assert "- same samples: " in (tmp_path / "g" / "report.md").read_text(encoding="utf-8")
+    assert main([*base, "--model", "greedy:a", "--temperature", "0", "--out", str(tmp_path / "z")]) == 0
+    assert "at temperature 0 this backend" in capsys.readouterr().err
+    assert main([*base, "--model", "sampled:a", "--temperature", "0.7", "--out", str(tmp_path / "s")]) == 0
+    assert "same text" not in capsys.readouterr().err
+    assert "same samples" not in (tmp_path / "s" / "report.md").read_text(encoding="utf-8")

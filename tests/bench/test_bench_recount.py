@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from moot.bench.report import baselines
+from moot.bench.report import NO_MAJORITY, baseline_note, baselines, majority_class
 from moot.bench.tasks import Item
 from moot.cli import main
 from moot.models import FunctionModel, ModelRequest
@@ -85,9 +85,25 @@ def test_live_report_only_and_a_recount_agree(
 def test_baselines_majority_and_chance() -> None:
     items = [Item(id=str(i), prompt="", gold=g) for i, g in enumerate("ppnpu")]
     assert baselines(items) == [("always `p` (majority class)", 0.6)]
-    mcq = [Item(id="a", prompt="", gold="B", letters="ABCD"), Item(id="b", prompt="", gold="A", letters="AB")]
-    assert baselines(mcq) == [("always `B` (majority class)", 0.5), ("chance (a random option)", 0.375)]
+    mcq = [
+        Item(id="a", prompt="", gold="B", letters="ABCD"),
+        Item(id="b", prompt="", gold="A", letters="AB"),
+        Item(id="c", prompt="", gold="B", letters="ABCD"),
+    ]
+    assert baselines(mcq) == [("always `B` (majority class)", 2 / 3), ("chance (a random option)", 1 / 3)]
     assert baselines([]) == []
+
+
+def test_no_majority_baseline_when_every_gold_answer_is_unique_and_ties_do_not_depend_on_order() -> None:
+    """Issue 33: "always 60" in the report, "always -364" in the viewer, on items whose golds are unique."""
+    unique = [Item(id=str(i), prompt="", gold=g) for i, g in enumerate(["60", "-364", "7"])]
+    assert baselines(unique) == [] and baseline_note(unique) == NO_MAJORITY
+    assert baseline_note(unique[:1]) == NO_MAJORITY and baseline_note([]) is None
+    mcq = [Item(id="a", prompt="", gold="B", letters="ABCD"), Item(id="b", prompt="", gold="A", letters="AB")]
+    assert baselines(mcq) == [("chance (a random option)", 0.375)]  # one of each: no majority
+    tied = [Item(id=str(i), prompt="", gold=g) for i, g in enumerate(["9", "3", "9", "3", "5"])]
+    assert majority_class(tied) == majority_class(tied[::-1]) == ("3", 2)
+    assert baselines(tied) == baselines(tied[::-1]) == [("always `3` (majority class)", 0.4)]
 
 
 def test_plots_draw_the_baselines_as_lines(tmp_path: Path) -> None:
@@ -96,9 +112,11 @@ def test_plots_draw_the_baselines_as_lines(tmp_path: Path) -> None:
 
     from moot.bench.report import _baseline_lines, build_report
 
-    report = build_report(_run(tmp_path))
+    report = build_report(_run(tmp_path))  # four arithmetic items, four different answers
+    assert report.baselines == [] and report.baseline_note == NO_MAJORITY
+    report.baselines = [("always `246` (majority class)", 0.5)]
     fig, ax = plt.subplots()
     _baseline_lines(ax, report)
     assert [line.get_label() for line in ax.get_lines()] == ["baseline: always 246 (majority class)"]
-    assert ax.get_lines()[0].get_ydata()[0] == pytest.approx(25.0)
+    assert ax.get_lines()[0].get_ydata()[0] == pytest.approx(50.0)
     plt.close(fig)

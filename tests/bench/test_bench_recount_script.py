@@ -45,3 +45,16 @@ def test_recount_agrees_with_the_report_and_flags_a_changed_figure(
     report.write_text(text.replace(row, "|".join(cells)), encoding="utf-8")
     assert recount.main([str(out)]) == 1
     assert "DIFF" in capsys.readouterr().out
+
+
+def test_recount_agrees_that_unique_gold_answers_have_no_majority_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["bench", "--task", "arithmetic", "--methods", "single", "--model", "test", "--n", "3"]
+    assert main([*argv, "--out", str(out), "--no-plots", "--no-store"]) == 0
+    assert "no majority baseline: every gold answer is unique" in (out / "report.md").read_text("utf-8")
+    capsys.readouterr()
+    assert _script().main([str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("ok ") and "majority-class baseline" in line for line in lines)

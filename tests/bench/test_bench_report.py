@@ -47,7 +47,11 @@ def test_markdown_report_shows_accuracy_intervals_tests_and_flips(tmp_path: Path
     assert "| `society:3:2` | `vote:6` |" in text
     assert "| 1 | 4 | 75.0% | 66.7% | 0 | 1 | 3 |" in text  # round 1: flips right->wrong 1, wrong->right 3
     assert "a lenient parser would read 0 of the 1 unparsed finals" in text  # "I am not sure..."
-    assert "| baseline: always `" in text and "(majority class) | 4 | 25.0% |" in text
+    # Four arithmetic items, four different answers: always giving one would only measure n.
+    assert (
+        "| baseline: always `" not in text
+        and "| no majority baseline: every gold answer is unique | 4 |" in text
+    )
     assert "status: complete" in text
     assert "reproduce: `moot bench --task arithmetic --methods single,society:3:2" in text
     assert "--matched" in text
@@ -92,3 +96,21 @@ def test_command_line_round_trips_options() -> None:
         "moot bench --task gsm8k:x.jsonl --methods single --model openai:m --n 50 --seed 0 "
         "--temperature 0.7 --max-tokens 256"
     )
+
+
+def test_a_file_shorter_than_n_is_titled_and_reproduced_with_its_real_n(tmp_path: Path) -> None:
+    """``--n 100`` on a file of 2 items is a run of 2: the stored title, the report and its reproduce line."""
+    from moot.cli import main
+    from moot.runs import RunStore
+
+    data = Path(__file__).resolve().parents[2] / "examples" / "inputs" / "gsm8k.jsonl"
+    out, store = tmp_path / "out", tmp_path / "runs.db"
+    argv = ["bench", "--task", f"gsm8k:{data}", "--methods", "single", "--model", "test", "--n", "100"]
+    assert main([*argv, "--out", str(out), "--no-plots", "--store", str(store)]) == 0
+    with RunStore(store, must_exist=True) as runs:
+        (run,) = runs.list()
+    assert run.title == f"gsm8k:{data} · single · n=2"
+    text = (out / REPORT_FILE).read_text(encoding="utf-8")
+    assert "items: 2 (seed 0)" in text and "--n 2 --seed 0" in text and "--n 100" not in text
+    config = BenchConfig(task=f"gsm8k:{data}", methods=["single"], model="test", n=100)
+    assert "--n 2 " in command_line(config, n_items=2) and "--n 100 " in command_line(config)

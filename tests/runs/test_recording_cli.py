@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from moot import Debate
 from moot.absa import FinalResult
 from moot.arbitration import ArbitrationResult
 from moot.cli import main
@@ -73,7 +74,7 @@ def test_no_store_and_store_path(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert len(RunStore(other).list()) == 1
 
 
-def test_unreachable_endpoint_is_recorded_as_failed(
+def test_unreachable_endpoint_is_recorded_as_failed_by_the_library_not_the_cli(
     capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
 ) -> None:
     from moot.errors import ModelConnectionError
@@ -82,10 +83,14 @@ def test_unreachable_endpoint_is_recorded_as_failed(
         raise ModelConnectionError("connection refused")
 
     fake_provider("downfake", lambda rest: FunctionModel(down, name="downfake:x"))
-    assert main(["run", "Q", "--model", "downfake:x", "--rounds", "1"]) == 2
+    # The library records the run as failed, with its fallback result...
+    Debate("answer", model="downfake:x", store=True, overrides={"rounds": 1}).run_sync("Q")
     (run,) = _store().list()
     assert run.status == "failed" and "cannot reach" in (run.error or "")
     assert isinstance(load_result(_store(), run.id), DebateResult)  # the fallback result is kept
+    # ...the CLI calls it a usage error (exit 2, issue 37), which leaves nothing written.
+    assert main(["run", "Q", "--model", "downfake:x", "--rounds", "1"]) == 2
+    assert [r.id for r in _store().list()] == [run.id]
 
 
 def test_absa_single_and_batch_are_recorded(

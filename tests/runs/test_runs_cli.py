@@ -17,15 +17,25 @@ from .filled import XSS
 
 def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "list", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    page = json.loads(capsys.readouterr().out)  # the shape /api/runs answers
+    assert {k: page[k] for k in ("total", "offset", "limit")} == {"total": 7, "offset": 0, "limit": 50}
+    rows = page["runs"]
     assert [r["id"] for r in rows] == list(reversed(filled.values()))  # newest first
     assert {r["status"] for r in rows} == {"complete", "fell_back"}
     titles = {r["id"]: r["title"] for r in rows}
     assert titles[filled["bench_a"]] == "arithmetic · single, society:3:2 · n=6"  # task, methods, n
     assert main(["runs", "list", "--kind", "bench", "--json"]) == 0
-    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["bench_b"], filled["bench_a"]]
+    benches = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["id"] for r in benches] == [filled["bench_b"], filled["bench_a"]]
     assert main(["runs", "list", "--status", "fell_back", "--model", "fillbad", "--json"]) == 0
-    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["fallback"]]
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [filled["fallback"]]
+    assert main(["runs", "list", "--limit", "2", "--offset", "2", "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (
+        second["total"] == 7
+        and second["offset"] == 2
+        and [r["id"] for r in second["runs"]] == [r["id"] for r in rows[2:4]]
+    )
     assert main(["runs", "list", "--limit", "2"]) == 0
     table = capsys.readouterr().out
     assert filled["bench_b"][:8] in table and filled["debate"][:8] not in table and "wall" in table
@@ -37,7 +47,7 @@ def test_list_filters_and_json(filled: dict[str, str], capsys: pytest.CaptureFix
     # --search finds words said only inside a turn (the critic's reply), not in any title or prompt
     # (an ABSA batch unit keeps its stage prompts, which hold "key_disagreements")
     assert main(["runs", "list", "--search", "zugzwang", "--json"]) == 0
-    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [filled["debate"]]
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [filled["debate"]]
 
 
 @pytest.mark.parametrize(
@@ -64,6 +74,7 @@ def test_show_replays_a_debate_like_moot_run(
     out = capsys.readouterr().out
     for needle in ("affirmative", "critical", "round 2", "Tests first, then the fix.", XSS, "5 calls"):
         assert needle in out
+    assert "is thinking" not in out  # a finished run: every turn it started has its panel
     assert main(["runs", "show", filled["fallback"]]) == 0
     out = capsys.readouterr().out
     assert "fell_back" in out and "failed" in out and "fallback" in out
@@ -159,3 +170,18 @@ def test_rm_asks_on_a_terminal(
     assert f"delete run {filled['debate'][:8]} (run, complete: " in capsys.readouterr().out
     with RunStore(os.environ["MOOT_STORE"]) as store:
         assert (filled["debate"] in [r.id for r in store.list()]) is kept
+
+
+def test_show_of_a_running_debate_says_only_which_turns_are_in_flight(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "runs.db"
+    with RunStore(path) as store:
+        run_id = store.create_run("run", title="Still going?", model="m")
+        for seq, (kind, speaker) in enumerate(
+            [("turn_started", "affirmative"), ("turn_started", "critical"), ("turn_completed", "affirmative")]
+        ):
+            store.append_event(run_id, seq, kind, json.dumps({"speaker": speaker, "round": 1}))
+    assert main(["runs", "show", run_id, "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "critical is thinking (round 1)" in out and "affirmative is thinking" not in out

@@ -348,6 +348,10 @@ def test_a_failed_run_names_each_error_class_once_and_the_failure_in_one_place(
     assert main(["run", "Is tea good?", "--model", "viewdown:x", "--rounds", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("ModelConnectionError") == 1, err
+    # The CLI's exit 2 leaves no run (issue 37); the library records the failed run the page shows.
+    from moot import Debate
+
+    Debate("answer", model="viewdown:x", store=True, overrides={"rounds": 1}).run_sync("Is tea good?")
     store = RunStore(os.environ["MOOT_STORE"])
     (run,) = store.list()
     assert (run.error or "").count("ModelConnectionError") == 1, run.error
@@ -431,3 +435,29 @@ def test_a_bench_agents_transcript_is_escaped_text(tmp_path: Path) -> None:
     assert page.count("&lt;script&gt;alert(") >= 4  # two replies, the history's reply, the peer's reply
     assert "shared message #1 (above)" in page and "What is 3+4? &lt;b&gt;bold&lt;/b&gt;" in page
     assert "One agent response" in page and "0.50s" in page
+
+
+def test_bench_page_and_report_md_say_the_same_baselines(
+    client: TestClient, filled: dict[str, str], tmp_path: Path
+) -> None:
+    """One computation: the viewer rebuilds the report from the store, items in the order units finished."""
+    report = (tmp_path / "bench-a" / "report.md").read_text(encoding="utf-8")
+    rows = [
+        line.split("|")[1].strip()
+        for line in report.splitlines()
+        if line.startswith(("| baseline:", "| no majority baseline"))
+    ]
+    # Six arithmetic items, six different answers: no majority class to give.
+    assert rows == ["no majority baseline: every gold answer is unique"]
+    page = client.get(f"/runs/{filled['bench_a']}").text
+    assert "no majority baseline: every gold answer is unique" in page and "(majority class)" not in page
+
+
+def test_runs_list_json_and_api_runs_are_one_shape(
+    client: TestClient, filled: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``moot runs list --json`` answers what ``/api/runs`` answers: ``{total, offset, limit, runs}``."""
+    assert main(["runs", "list", "--kind", "bench", "--limit", "1", "--offset", "1", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    api = client.get("/api/runs", params={"kind": "bench", "limit": 1, "offset": 1}).json()
+    assert cli == api and cli["total"] == 2 and [r["id"] for r in cli["runs"]] == [filled["bench_a"]]

@@ -4,7 +4,7 @@ Playwright's own browser download cannot work offline, so the tests launch the
 system's ``chromium`` (``make test`` installs it with apt when it runs as root).
 Without the package or the browser they are skipped with the reason; never silently.
 
-Screenshots go to a temporary folder (the README's come from real runs: ``make screenshots``
+Screenshots go to a temporary folder (docs/runs.md's come from real runs: ``make screenshots``
 runs ``docs/screenshots.py``).
 """
 

@@ -148,6 +148,7 @@ class StoreRecorder:
     def on_end(self, end: RunEnd) -> None:
         """Store the result and end status, stamp the end; commit when the store's last run ends."""
         rec = self.recording
+        said = rec.run_id is not None and rec.store is None  # the recording warned when a write failed
         if end.exception is not None and end.error is not None and end.result is None:
             rec.fail(end.exception)
         else:
@@ -168,5 +169,7 @@ class StoreRecorder:
         if left <= 0:
             try:
                 self.store.flush()
-            except sqlite3.Error as exc:  # the result is the caller's either way; say so loudly
-                print(f"moot: warning: cannot write the run store {self.store.path} ({exc})", file=sys.stderr)
+            except sqlite3.Error as exc:  # the result is the caller's either way; say so loudly, once
+                if not said:
+                    where = self.store.path
+                    print(f"moot: warning: cannot write the run store {where} ({exc})", file=sys.stderr)

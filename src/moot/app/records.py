@@ -34,12 +34,56 @@ __all__ = [
     "read_store",
     "bench_records",
     "bench_run",
+    "list_row",
     "load_result",
+    "protocol_of",
     "run_turns",
     "runs_frame",
+    "runs_page",
     "turns_frame",
     "units_frame",
 ]
+
+
+def protocol_of(record: RunRecord) -> str:
+    """What ran, for the list's protocol column: a debate's protocol, a bench's methods, an ABSA mode."""
+    cfg = record.config
+    if record.kind == "run":
+        protocol = cfg.get("protocol")
+        return str(protocol.get("name", "")) if isinstance(protocol, dict) else ""
+    if record.kind == "bench":
+        methods = cfg.get("methods")
+        return ", ".join(map(str, methods)) if isinstance(methods, list) else ""
+    if record.kind == "absa":
+        inner = cfg.get("config")
+        return str(inner.get("mode", "")) if isinstance(inner, dict) else ""
+    if record.kind == "absa-eval":
+        configs = cfg.get("configs")
+        return ", ".join(map(str, configs)) if isinstance(configs, dict) else ""
+    return ""
+
+
+def list_row(store: RunStore, record: RunRecord) -> dict[str, Any]:
+    """A run as a list gives it (``moot runs list --json``, ``/api/runs``).
+
+    The record without its result, with its wall time, protocol and, while it runs, the usage
+    stored so far (its row has usage only at the end).
+    """
+    if record.status == "running":
+        record.usage = store.live_usage(record.id)
+    return record.model_dump(mode="json", exclude={"result"}) | {
+        "wall_s": record.wall_s,
+        "protocol": protocol_of(record),
+    }
+
+
+def runs_page(rows: list[dict[str, Any]], *, total: int, offset: int, limit: int) -> dict[str, Any]:
+    """The one shape of a page of runs: ``{"total", "offset", "limit", "runs"}``.
+
+    ``total`` counts every run that matches; the next page starts at ``offset + limit`` while
+    that is below ``total``. ``moot runs list --json`` and ``/api/runs`` both answer it.
+    """
+    return {"total": total, "offset": offset, "limit": limit, "runs": rows}
 
 
 def bench_records(store: RunStore, run_id: str) -> list[Any]:

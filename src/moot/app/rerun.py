@@ -1,6 +1,10 @@
 """Re-running a stored run: what the record says to run again.
 
 ``moot run --from RUN_ID`` re-runs a debate, ``moot absa --from RUN_ID`` an ABSA run.
+
+A record is checked before it is used (:func:`moot.runs.integrity.check_record`): one that
+cannot be read, or that was edited after it was written, is refused naming what changed, unless
+the caller trusts edited records (``--trust-edited``).
 """
 
 from __future__ import annotations
@@ -8,32 +12,45 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import UsageError
 from ..runs import RunRecord, open_store
+from ..runs.integrity import check_record, trusted_edit
 
-__all__ = ["RecordedAbsa", "recorded_absa", "recorded_debate", "recorded_endpoints", "stored_run"]
+__all__ = [
+    "RecordedAbsa",
+    "check_record",
+    "recorded_absa",
+    "recorded_debate",
+    "recorded_endpoints",
+    "stored_run",
+    "trusted_edit",
+]
 
 
-def stored_run(run_id: str, store: Path | None) -> RunRecord:
+def stored_run(run_id: str, store: Path | None, *, trust_edited: bool = False) -> RunRecord:
     """The stored run ``run_id`` (any unique prefix) of the store ``--store`` names, with its result.
 
+    The record is checked first (:meth:`~moot.runs.RunStore.replayable`).
+
     Raises:
-        UsageError: no such run, or an ambiguous prefix.
+        UsageError: no such run, an ambiguous prefix, a damaged record, or an edited one not trusted.
     """
     opened = open_store(store)
     assert opened is not None
     with opened:
-        return opened.get(opened.resolve_id(run_id))
+        return opened.replayable(run_id, trust_edited=trust_edited)
 
 
-def recorded_debate(run_id: str, store: Path | None) -> dict[str, Any]:
+def recorded_debate(run_id: str, store: Path | None, *, trust_edited: bool = False) -> dict[str, Any]:
     """The configuration ``moot run --from RUN_ID`` re-runs: the stored debate's own config.
 
     Raises:
-        UsageError: no such run, or it is not a ``moot run`` debate.
+        UsageError: no such run, it is not a ``moot run`` debate, or its record is damaged or
+            edited (and not trusted).
     """
-    record = stored_run(run_id, store)
+    record = stored_run(run_id, store, trust_edited=trust_edited)
     if record.kind != "run" or "protocol" not in record.config:
         raise UsageError(
             f"run {record.id[:8]} is a {record.kind!r} run, not a debate: --from needs a `moot run` run"
@@ -52,7 +69,8 @@ def recorded_endpoints(recorded: dict[str, Any]) -> dict[str, str]:
     for key, info in (recorded.get("models") or {}).items():
         spec, endpoint = info.get("spec"), info.get("endpoint")
         if isinstance(spec, str) and spec.startswith("openai:") and "?" not in spec and endpoint:
-            out[key] = f"{spec}?base_url={endpoint}"
+            # Percent-encoded: an endpoint's own query ("?a=1&b=2") must not read as spec options.
+            out[key] = f"{spec}?base_url={quote(endpoint, safe=':/')}"
     return out
 
 
@@ -82,17 +100,17 @@ class RecordedAbsa:
     results: Any = field(default=None, repr=False)
 
 
-def recorded_absa(run_id: str, store: Path | None) -> RecordedAbsa:
+def recorded_absa(run_id: str, store: Path | None, *, trust_edited: bool = False) -> RecordedAbsa:
     """The stored ABSA run ``run_id`` (any unique prefix) of the store ``--store`` names.
 
     Raises:
-        UsageError: no such run, an ambiguous prefix, not an ABSA run, or a batch with no sentence
-            recorded.
+        UsageError: no such run, an ambiguous prefix, not an ABSA run, a batch with no sentence
+            recorded, or a damaged or edited (and not trusted) record.
     """
     opened = open_store(store)
     assert opened is not None
     with opened:
-        record = opened.get(opened.resolve_id(run_id))
+        record = opened.replayable(run_id, trust_edited=trust_edited)
         if record.kind != "absa":
             raise UsageError(
                 f"run {record.id[:8]} is a {record.kind!r} run, not an ABSA run: "

@@ -21,19 +21,22 @@ steps and debate) and an ``invoke_workflow moot.absa.batch`` root, linked both w
 
 The engine knows nothing of this module. moot uses only the OpenTelemetry API's global tracer
 provider, as a library should: :func:`active_tracer` is None (and no observer is made) until the
-application, or ``moot``'s CLI from ``OTEL_EXPORTER_OTLP_ENDPOINT`` (:func:`install_from_env`),
-sets one. Without the extra nothing here imports OpenTelemetry.
+application, or ``moot``'s CLI from OpenTelemetry's ``OTEL_*`` variables (:func:`install_from_env`:
+the SDK's provider, batch processor and OTLP exporter), sets one. Without the extra nothing here
+imports OpenTelemetry.
 
 Content (topic, context, prompts, replies, explanations) is left out unless
-``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is true. Never recorded, with or without
-it: error messages (only their class, ``error.type``), API keys, endpoint URLs (only
-``server.address`` and ``server.port``); captured text passes through :mod:`moot.redact` like
-everything the run store keeps, so a credential inside a topic or a prompt is masked.
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for it (:func:`capture_content`: the
+boolean, or OpenTelemetry's ``SPAN_AND_EVENT``...). Never recorded, with or without it: error
+messages (only their class, ``error.type``), API keys, endpoint URLs (only ``server.address`` and
+``server.port``); captured text passes through :mod:`moot.redact` like everything the run store
+keeps, so a credential inside a topic or a prompt is masked.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import logging
 import os
@@ -52,6 +55,7 @@ from ..transcript import DebateResult, Event, RequestRecord, Turn
 
 if TYPE_CHECKING:  # pragma: no cover - only with the extra
     from opentelemetry.context import Context
+    from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, Tracer
 
 __all__ = [
@@ -81,12 +85,49 @@ _LABEL_FIELDS = ("leaning", "resolution", "action", "sentence_polarity", "winner
 
 _PROVIDERS = {"test": "moot.test", "local": "moot.local"}
 
+_log = logging.getLogger(__name__)
+
 _SHAPES_MAX = 256  # kinds of requests (model, parameters, endpoint) whose common attributes are kept
 
 
+# Both documented forms of the switch: the boolean, and the enum OpenTelemetry's GenAI utilities
+# read (with OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental, whose attributes moot emits).
+_CAPTURE_ON = frozenset(("true", "1", "yes", "span_only", "span_and_event"))
+_CAPTURE_OFF = frozenset(("", "false", "0", "no", "no_content"))
+_CAPTURE_WARNED: set[str] = set()
+
+
 def capture_content() -> bool:
-    """True when ``$OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``true`` (or 1, yes)."""
-    return os.environ.get(CAPTURE_ENV, "").strip().lower() in ("true", "1", "yes")
+    """Whether ``$OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for content on spans.
+
+    Read in both documented forms: ``true`` / ``1`` / ``yes`` (``false`` / ``0`` / ``no``), and
+    OpenTelemetry's ``ContentCapturingMode`` names, in any case: ``SPAN_ONLY`` and
+    ``SPAN_AND_EVENT`` capture, ``NO_CONTENT`` does not, and ``EVENT_ONLY`` captures nothing
+    either (moot records content on spans only; it emits no GenAI log events). ``EVENT_ONLY``
+    and any other value are one warning on the ``moot`` logger (once per value and process).
+    """
+    raw = os.environ.get(CAPTURE_ENV, "").strip()
+    value = raw.lower()
+    if value in _CAPTURE_ON:
+        return True
+    if value in _CAPTURE_OFF:
+        return False
+    if value not in _CAPTURE_WARNED:
+        _CAPTURE_WARNED.add(value)
+        if value == "event_only":
+            _log.warning(
+                "%s=EVENT_ONLY captures no content: moot records content on spans only "
+                "(SPAN_AND_EVENT or SPAN_ONLY capture it)",
+                CAPTURE_ENV,
+            )
+        else:
+            _log.warning(
+                "%s=%r is not a known value (true/false, or NO_CONTENT, SPAN_ONLY, EVENT_ONLY, "
+                "SPAN_AND_EVENT): no content is captured",
+                CAPTURE_ENV,
+                raw[:40],
+            )
+    return False
 
 
 def active_tracer() -> Tracer | None:
@@ -834,51 +875,140 @@ def _fallback_kind(reason: str) -> str:
     return reason.partition(":")[0].strip().replace(" ", "_") or "fallback"
 
 
-def install_from_env(environ: Mapping[str, str] | None = None) -> Callable[[], None] | None:
+def install_from_env() -> Callable[[], None] | None:
     """Set the global tracer provider from OpenTelemetry's environment variables (the CLI's start).
 
-    With ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` set and the
-    extra installed: an SDK provider (:class:`moot.app.sdk.TracerProvider`, the SDK's with a
-    leaner span) with a batch processor and the OTLP/HTTP exporter, the service named by
-    ``OTEL_SERVICE_NAME`` (default ``moot``); the exporter reads its endpoint, headers and
-    timeout from the same variables. Returns the function that flushes and shuts it
-    down (call it before exit), or None when nothing was installed: no variable, a provider
-    already set, or the extra missing (then one ``moot: warning:`` line says so).
+    What OpenTelemetry's own SDK and exporters do, with their own classes: a
+    ``TracerProvider`` (it reads ``OTEL_TRACES_SAMPLER``, ``OTEL_TRACES_SAMPLER_ARG`` and the
+    ``OTEL_SPAN_*`` limits itself), a resource from ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES`` (service ``moot`` when neither names one), and a
+    ``BatchSpanProcessor`` (``OTEL_BSP_*``) per exporter named by ``OTEL_TRACES_EXPORTER``
+    (default ``otlp`` when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
+    is set): ``otlp`` is the ``OTLPSpanExporter`` for ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``
+    (``http/protobuf`` by default, ``grpc`` with the ``otel-grpc`` extra), which reads its endpoint,
+    headers, compression, certificates and timeout from the ``OTEL_EXPORTER_OTLP_*`` variables;
+    ``console`` prints spans to stderr (stdout is the command's output); any other name is an
+    exporter installed under the SDK's ``opentelemetry_traces_exporter`` entry points; ``none``
+    exports nothing.
+
+    Returns the function that flushes and shuts the provider down (call it before exit), or None
+    when nothing was installed: no variable, ``OTEL_SDK_DISABLED=true``, a provider already set
+    (the application's: left alone), or nothing to export to (one ``moot: warning:`` line says
+    why: the extra missing, an exporter that is not installed).
     """
-    env = os.environ if environ is None else environ
-    if not (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
-        return None
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    env = os.environ
+    names = _exporter_names(env)
+    if not names or env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
     try:
         from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        from .otlp import SpanExporter
-        from .sdk import TracerProvider
     except ImportError:
-        print(
-            "moot: warning: OTEL_EXPORTER_OTLP_ENDPOINT is set but tracing needs the otel extra: "
-            "pip install 'moot[otel]' (this run is not traced)",
-            file=sys.stderr,
-        )
+        _warn(_NEEDS_OTEL)
         return None
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return None  # the application set its own provider: leave it alone
-    service = env.get("OTEL_SERVICE_NAME") or "moot"
-    provider = TracerProvider(resource=Resource.create({"service.name": service}), shutdown_on_exit=False)
-    provider.add_span_processor(BatchSpanProcessor(SpanExporter()))
+    exporters = []
+    for name in names:
+        try:
+            exporter = _exporter(name, env)
+        except Exception as exc:  # noqa: BLE001 - a bad setting (compression, certificate...) costs the trace only
+            why = f"{type(exc).__name__}: {redact.text(str(exc))[:200]}"
+            _warn(f"cannot set up the {name!r} span exporter ({why}); spans are not exported there")
+            continue
+        if exporter is not None:
+            exporters.append(exporter)
+    if not exporters:
+        return None
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "moot"}))
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    _OneWarning.install()
+    _ExportWarning.install()
     return provider.shutdown
 
 
-class _OneWarning(logging.Handler):
+_NEEDS_OTEL = "tracing needs the otel extra: pip install 'moot[otel]' (this run is not traced)"
+
+
+def _warn(message: str) -> None:
+    print(f"moot: warning: {message}", file=sys.stderr)
+
+
+def _exporter_names(env: Mapping[str, str]) -> list[str]:
+    """The exporters ``OTEL_TRACES_EXPORTER`` names (``none`` left out), or ``otlp`` for an endpoint."""
+    raw = env.get("OTEL_TRACES_EXPORTER", "").strip()
+    if not raw:
+        endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        return ["otlp"] if endpoint else []
+    names = dict.fromkeys(name.strip().lower() for name in raw.split(","))
+    return [name for name in names if name and name != "none"]
+
+
+def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter | None:
+    """The span exporter ``OTEL_TRACES_EXPORTER`` calls ``name``, or None (then one warning said why)."""
+    if name == "otlp":
+        return _otlp_exporter(env)
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter(out=sys.stderr)
+    # Another exporter (zipkin...): found as the SDK's own configuration finds it, by entry point.
+    from importlib.metadata import entry_points
+
+    found = entry_points(group="opentelemetry_traces_exporter", name=name)
+    if not found:
+        _warn(f"OTEL_TRACES_EXPORTER names {name!r}, which is not installed (no spans are exported there)")
+        return None
+    exporter: SpanExporter = next(iter(found)).load()()
+    return exporter
+
+
+_GRPC = "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"
+_HTTP = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+
+def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter | None:
+    """The OTLP exporter for ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`` (``http/protobuf`` by default)."""
+    var = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+    if not env.get(var, "").strip():
+        var = "OTEL_EXPORTER_OTLP_PROTOCOL"
+    protocol = env.get(var, "").strip().lower() or "http/protobuf"
+    module = _HTTP
+    if protocol == "grpc":
+        module = _GRPC
+    elif protocol != "http/protobuf":
+        # http/json has no Python exporter; a collector takes http/protobuf on the same endpoint.
+        _warn(f"{var}={protocol[:40]!r} is not supported here: exporting with http/protobuf")
+    try:
+        exporter_class = importlib.import_module(module).OTLPSpanExporter
+    except ImportError:
+        if module == _GRPC:
+            _warn(
+                f"{var}=grpc needs OpenTelemetry's gRPC exporter: pip install 'moot[otel-grpc]' "
+                "(this run is not traced)"
+            )
+        else:
+            _warn(_NEEDS_OTEL)
+        return None
+    exporter: SpanExporter = exporter_class()
+    return exporter
+
+
+class _ExportWarning(logging.Handler):
     """The exporter's complaints (an endpoint that cannot be reached...) as one ``moot: warning:`` line.
 
     The OTLP exporter logs every failed attempt and retry; a run that cannot export its spans
     says so once, then goes on (export runs on the SDK's thread, bounded by the exporter's timeout).
+    The handler is added to the exporters' and the batch processor's loggers, as an application
+    configures logging; nothing else about those loggers changes: their records still reach the
+    root logger's handlers when an application set some. With none (the ``moot`` command), the one
+    line is all that is printed: Python's last-resort handler speaks only when no handler is found.
     """
 
     _installed = False
@@ -891,8 +1021,9 @@ class _OneWarning(logging.Handler):
         if self.said:
             return
         self.said = True
-        first = record.getMessage().splitlines()[0][:300] if record.getMessage() else record.levelname
-        print(f"moot: warning: cannot export traces ({first})", file=sys.stderr)
+        message = record.getMessage()
+        first = message.splitlines()[0][:300] if message else record.levelname
+        _warn(f"cannot export traces ({redact.text(first)})")
 
     @classmethod
     def install(cls) -> None:
@@ -901,6 +1032,4 @@ class _OneWarning(logging.Handler):
         cls._installed = True
         handler = cls()
         for name in ("opentelemetry.exporter", "opentelemetry.sdk.trace.export"):
-            log = logging.getLogger(name)
-            log.addHandler(handler)
-            log.propagate = False
+            logging.getLogger(name).addHandler(handler)

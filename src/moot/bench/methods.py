@@ -75,7 +75,7 @@ from ..errors import (
     UsageError,
     error_text,
 )
-from ..models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage
+from ..models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage, public_endpoint
 from ..models.retry import RetryPolicy, call_model
 from ..observe import PipelineEvent
 from ..transcript import RequestRecord, RetryRecord
@@ -496,7 +496,6 @@ class MethodContext:
         error: Exception | None,
     ) -> RequestRecord:
         """What one plain request did, as a debate turn's requests are recorded (only while listened)."""
-        endpoint = getattr(self.model, "base_url", None)
         return RequestRecord(
             model=self.model.name,
             response_model=response.model if response is not None else "",
@@ -509,7 +508,7 @@ class MethodContext:
             error_kind=type(error).__name__ if error is not None else None,
             error=error_text(error) if error is not None else None,
             retries=list(retries),
-            endpoint=endpoint if isinstance(endpoint, str) else None,
+            endpoint=public_endpoint(self.model),
             messages=request.messages,
             reply=response.text if response is not None else None,
         )

@@ -21,7 +21,7 @@ from .methods import MethodSpec
 from .records import ItemRecord
 from .runner import BenchConfig, BenchRun
 from .stats import EXACT_THRESHOLD, McNemar
-from .summary import MethodSummary, RoundSummary, comparisons, round_summaries, summarize
+from .summary import MethodSummary, RoundSummary, comparisons, round_summaries, same_samples_hint, summarize
 from .tasks import Item
 
 __all__ = [
@@ -59,25 +59,51 @@ class Report:
     model_name: str = ""
     baselines: list[tuple[str, float]] = field(default_factory=list)
     """(name, accuracy) of answers that need no model, on the same items: the majority class, chance."""
+    baseline_note: str | None = None
+    """Why a baseline is missing (:data:`NO_MAJORITY` when every gold answer is unique), or None."""
     data_notes: tuple[str, ...] = ()
     """What reading the data left out, and why."""
     timed_out: bool = False
     """The last invocation ended at its ``--timeout``."""
 
 
+NO_MAJORITY = "no majority baseline: every gold answer is unique"
+"""Said where the majority-class row would be when no gold answer repeats (always giving one of
+them scores 1/n, a figure of the sample size, not of the task)."""
+
+
+def majority_class(items: Sequence[Item]) -> tuple[str, int] | None:
+    """The most common gold answer of ``items`` and its count; None when no gold answer repeats.
+
+    Ties go to the first in sorted order, so the report (items in their seeded order) and the
+    viewer (items in the order their units finished) name the same answer.
+    """
+    counts = Counter(i.gold for i in items)
+    top = max(counts.values(), default=0)
+    if top < 2:
+        return None
+    return min(label for label, count in counts.items() if count == top), top
+
+
 def baselines(items: Sequence[Item]) -> list[tuple[str, float]]:
     """The majority-class rate of ``items`` and, for multiple choice, the chance rate.
 
-    The majority class is the most common gold answer (ties: the one met first); always
-    answering it scores this rate, so a method has to beat it to show it read anything.
+    The majority class is the most common gold answer (:func:`majority_class`); always
+    answering it scores this rate, so a method has to beat it to show it read anything. When
+    every gold answer is unique there is none (:func:`baseline_note` says so).
     """
     if not items:
         return []
-    label, count = Counter(i.gold for i in items).most_common(1)[0]
-    out = [(f"always `{label}` (majority class)", count / len(items))]
+    top = majority_class(items)
+    out = [] if top is None else [(f"always `{top[0]}` (majority class)", top[1] / len(items))]
     if all(i.letters for i in items):
         out.append(("chance (a random option)", sum(1 / len(i.letters) for i in items) / len(items)))
     return out
+
+
+def baseline_note(items: Sequence[Item]) -> str | None:
+    """:data:`NO_MAJORITY` when ``items`` have no majority class, else None."""
+    return NO_MAJORITY if items and majority_class(items) is None else None
 
 
 def build_report(run: BenchRun) -> Report:
@@ -97,6 +123,7 @@ def build_report(run: BenchRun) -> Report:
         complete=run.complete,
         model_name=run.model_name,
         baselines=baselines(run.items),
+        baseline_note=baseline_note(run.items),
         data_notes=run.data_notes,
         timed_out=run.timed_out,
     )
@@ -114,16 +141,24 @@ def _num(x: float, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-def command_line(config: BenchConfig) -> str:
-    """The ``moot bench`` command that reproduces a configuration."""
+def command_line(config: BenchConfig, n_items: int | None = None) -> str:
+    """The ``moot bench`` command that reproduces a configuration.
+
+    Args:
+        config: the run's configuration.
+        n_items: the number of items the run had, written as ``--n`` (a task's items are a
+            prefix of its seeded order, so ``--n 20`` gives the same 20 items a ``--n 100`` on
+            a 20-item file gave); None writes the ``--n`` asked for.
+    """
     parts = [
         "moot bench",
         f"--task {config.task}",
         f"--methods {','.join(config.methods)}",
         f"--model {config.model}",
     ]
-    if config.n is not None:
-        parts.append(f"--n {config.n}")
+    n = config.n if n_items is None else n_items
+    if n is not None:
+        parts.append(f"--n {n}")
     parts.append(f"--seed {config.seed}")
     if config.matched:
         parts.append("--matched")
@@ -196,6 +231,8 @@ def _results_table(report: Report) -> list[str]:
         )
     for name, rate in report.baselines:
         lines.append(f"| baseline: {name} | {report.n_items} | {_pct(rate)} | | | | | 0 | 0 | 0 | 0 | | |")
+    if report.baseline_note:
+        lines.append(f"| {report.baseline_note} | {report.n_items} | | | | | | | | | | | |")
     return lines
 
 
@@ -291,8 +328,9 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         f"{'backend default' if c.max_tokens is None else c.max_tokens}",
         f"- status: {status}",
         f"- written: {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- reproduce: `{command_line(c)}`",
+        f"- reproduce: `{command_line(c, report.n_items)}`",
         *[f"- data: {note}" for note in report.data_notes],
+        *[f"- same samples: {same}" for same in [same_samples_hint(report.methods, c.temperature)] if same],
         "",
         "## Results",
         "",
@@ -321,8 +359,8 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         "- 95% intervals are Wilson score intervals. McNemar tests pair the same items: exact two-sided "
         f"binomial below {EXACT_THRESHOLD} discordant pairs, chi-square with continuity correction above.",
         "- Baseline rows need no model: always giving the most common gold answer of these items (the "
-        "majority class), and for multiple choice a random option. A method must beat them to show it "
-        "read the question.",
+        "majority class; none when every gold answer is unique), and for multiple choice a random option. "
+        "A method must beat them to show it read the question.",
         "- Round-0 vote: the plurality of the first round's answers. For a debate, compare it with the final "
         "accuracy: the difference is what the debate rounds added. Flips count each agent's change between "
         "consecutive rounds (right→wrong: talked out of a right answer).",
@@ -528,4 +566,6 @@ def rich_table(report: Report) -> Any:
         table.add_row(
             f"baseline: {name.replace('`', '')}", str(report.n_items), *blank, _pct(rate), *[""] * 6
         )
+    if report.baseline_note:
+        table.add_row(report.baseline_note, str(report.n_items), *([""] * (len(headers) - 2)))
     return table

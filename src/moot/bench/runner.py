@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import time
 from collections import deque
@@ -69,6 +70,8 @@ from ..protocol import MAX_TOKENS_PER_CALL
 from .methods import MethodContext, MethodSpec, matched_vote, parse_method, run_method
 from .records import ItemRecord
 from .tasks import Item, Task, make_task
+
+_log = logging.getLogger("moot")
 
 __all__ = [
     "MAX_ITEMS",
@@ -372,10 +375,13 @@ def _out_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def bench_title(config: BenchConfig) -> str:
-    """A bench run's title in lists: task, methods and sample size (``arithmetic · single, vote:3 · n=6``)."""
-    n = "all" if config.n is None else str(config.n)
-    return f"{config.task} · {', '.join(config.methods)} · n={n}"
+def bench_title(config: BenchConfig, n_items: int) -> str:
+    """A bench run's title in lists: task, methods and sample size (``arithmetic · single, vote:3 · n=6``).
+
+    ``n_items`` is the number of items the run has, not the ``--n`` asked for: ``--n 100`` on a
+    file of 20 items is a run of 20.
+    """
+    return f"{config.task} · {', '.join(config.methods)} · n={n_items}"
 
 
 def run_outcome(run: BenchRun) -> dict[str, Any]:
@@ -385,7 +391,7 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     scored), else ``failed`` (resume to finish it); ``failed`` too when every reply of a method
     was blank (nothing was measured).
     """
-    from .summary import blank_hint, summarize
+    from .summary import blank_hint, same_samples_hint, summarize
 
     by_method: dict[str, list[ItemRecord]] = {s.name: [] for s in run.specs}
     for r in run.records:
@@ -418,6 +424,9 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     blank = {m.method: m.replies_blank for m in summaries if m.replies_blank}
     if blank:
         summary["blank_replies"] = blank
+    same = same_samples_hint(summaries, run.config.temperature)
+    if same is not None:  # run_bench says it once on the moot logger
+        summary["same_samples"] = same
     status = ("fell_back" if fell_back else "complete") if run.complete else "failed"
     error = None if run.complete else f"{missing} item/method units missing; resume to finish them"
     nothing = blank_hint(summaries)
@@ -548,9 +557,8 @@ async def run_bench(
                 # What limits it: --model-concurrency / ?max_concurrency=N, or the adaptive limit.
                 "model_concurrency": effective_cap(model) or "adaptive",
             }
-        start = RunStart(
-            kind="bench", title=bench_title(config), model=config.model, config=recorded, continues=continues
-        )
+        title = bench_title(config, len(items))
+        start = RunStart(kind="bench", title=title, model=config.model, config=recorded, continues=continues)
         with observed(start, store=store) as handle:
             run = await _run(
                 config, model, out, resume, task, observer, policy, deadline,
@@ -560,7 +568,10 @@ async def run_bench(
                 run.workers = units.counts()
             if model is not None and units is None:
                 run.endpoints = model.endpoint_stats()
-            handle.end(result=None, **run_outcome(run))
+            outcome = run_outcome(run)
+            handle.end(result=None, **outcome)
+    if "same_samples" in outcome["summary"]:
+        _log.warning("%s", outcome["summary"]["same_samples"])
     run.wall_s = time.perf_counter() - started
     return run
 

@@ -69,6 +69,11 @@ class MethodSummary:
     """Units whose debate fell back, left out of every other figure."""
     replies_blank: int = 0
     """Replies with no text (whitespace at most): scored as parse failures, counted here too."""
+    sampled_items: int = 0
+    """Items whose first round sampled two answers or more (``vote:K``, a society's round 0)."""
+    same_samples: int = 0
+    """Of :attr:`sampled_items`, those whose samples were all the same text: nothing independent
+    to vote over (greedy decoding at temperature 0 or at a backend's deterministic default)."""
     fallbacks: tuple[tuple[str, int], ...] = ()
     """(reason, units) of the fallen-back units, most common first; the reason is the fallback's
     kind with its detail (``timeout: the debate exceeded 10 s``)."""
@@ -167,12 +172,31 @@ def blank_hint(methods: Sequence[MethodSummary]) -> str | None:
     )
 
 
+def same_samples_hint(methods: Sequence[MethodSummary], temperature: float | None) -> str | None:
+    """What to say when a method's samples were the same text on every item (None: no such method).
+
+    ``vote:3`` at a backend's default temperature gave three identical samples on 20 of 20 items
+    once, with nothing said: a vote of copies is one call's answer at three times the cost.
+    """
+    same = [m for m in methods if m.sampled_items and m.same_samples == m.sampled_items]
+    if not same:
+        return None
+    which = ", ".join(f"{m.method} ({m.same_samples} of {m.sampled_items} items)" for m in same)
+    at = "the backend's default temperature" if temperature is None else f"temperature {temperature:g}"
+    return (
+        f"the samples of each item were the same text for {which}: at {at} this backend decodes "
+        "deterministically, so a vote counts one answer several times; pass --temperature 0.7 "
+        "(or another value above 0) for independent samples"
+    )
+
+
 def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
     """The figures of one method from its records (fallen-back units counted apart)."""
     reasons = Counter(r.fallback for r in records if r.fallback is not None)
     records = scored(records)
     low, high = wilson_interval(sum(r.correct for r in records), len(records))
     replies = [a for r in records for rnd in r.rounds for a in rnd]
+    sampled = [r.rounds[0] for r in records if r.rounds and len(r.rounds[0]) > 1]
     return MethodSummary(
         method=method,
         n=len(records),
@@ -187,6 +211,8 @@ def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
         replies_in_format=sum(a.in_format for a in replies),
         replies_truncated=sum(a.finish == "length" for a in replies),
         replies_blank=sum(not a.text.strip() for a in replies),
+        sampled_items=len(sampled),
+        same_samples=sum(len({a.text for a in first}) == 1 for first in sampled),
         calls=sum(r.calls for r in records),
         cached=sum(r.cached for r in records),
         saved_by_early_stop=sum(

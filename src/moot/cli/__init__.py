@@ -68,7 +68,7 @@ def _root(
 
 _register_run(app)
 # Subcommands that live with their feature; each module exposes register(app).
-for _name in ("protocols", "arbitrate", "absa", "absa_eval", "bench", "runs", "view", "cache"):
+for _name in ("protocols", "arbitrate", "absa", "absa_eval", "bench", "runs", "view", "serve", "cache"):
     try:
         _module = importlib.import_module(f"{__name__}.{_name}")
     except ModuleNotFoundError as _exc:  # pragma: no cover - only while a feature is absent

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
@@ -34,20 +34,23 @@ __all__ = ["ProgressLines", "endpoint_line", "make_console", "print_endpoints", 
 
 
 class _SafeConsole(Console):
-    """A Console that drops control and escape sequences from every piece of text it writes.
+    """A Console that drops control and escape sequences from every piece of text it renders.
 
     Text from outside should already pass :func:`moot.cli._safe.clean` where it is put in;
-    this catches what was not (a file name in an f-string). rich's own styling and control
-    segments (cursor moves of the progress bar) are kept: they are not text.
+    this catches what was not (a file name in an f-string). It filters what
+    :meth:`rich.console.Console.render` yields, the public method every ``print``, ``log``,
+    table cell and live display is rendered through (nested renderables come back through it
+    too). rich's own styling and control segments (cursor moves of the progress bar) are kept:
+    they are not text, and rich adds its escape codes only when it writes the segments out.
     """
 
-    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        return super()._render_buffer(
-            Segment(strip_controls(seg.text), seg.style, seg.control)
-            if not seg.control and has_controls(seg.text)
-            else seg
-            for seg in buffer
-        )
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        """The segments rich renders ``renderable`` into, their text without control sequences."""
+        for seg in super().render(renderable, options):
+            if not seg.control and has_controls(seg.text):
+                yield Segment(strip_controls(seg.text), seg.style, seg.control)
+            else:
+                yield seg
 
 
 def make_console(*, stderr: bool = False, quiet: bool = False, width: int | None = None) -> Console:

@@ -6,7 +6,9 @@ would clear it, cursor moves and ``\r`` can overwrite what was printed, and
 bidirectional overrides reorder it; ``[red]`` or ``[link=...]`` would be taken as
 rich markup. :func:`clean` removes the control and escape sequences (keeping
 newlines and tabs), :func:`markup` also escapes rich markup, for text placed
-inside a markup string. JSON output needs neither: the encoder escapes controls.
+inside a markup string. JSON output needs neither, but :func:`safe_json`: the encoders
+escape the C0 controls, not the C1 ones (``U+009B`` is an 8-bit CSI) nor the bidi overrides,
+which it writes as ``\uXXXX`` escapes (the same data once parsed).
 
 Both also mask credentials in URLs (:func:`moot.redact.text`): a server's error body
 or a file name may quote an endpoint with its key. And every console the CLI makes
@@ -23,7 +25,7 @@ from rich.markup import escape
 
 import moot.redact as redact
 
-__all__ = ["clean", "has_controls", "markup", "strip_controls"]
+__all__ = ["clean", "has_controls", "markup", "safe_json", "strip_controls"]
 
 # Order matters: whole escape sequences first, so their parameters go with them,
 # then any lone control character left over.
@@ -41,6 +43,25 @@ _SEQUENCES = re.compile(
 # C0 controls but \t and \n, DEL, C1 controls, and the bidirectional overrides and
 # isolates that make text display in another order than it reads.
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+# What a JSON encoder leaves raw (it escapes C0 itself) that a terminal acts on or reorders: DEL,
+# C1 controls, the bidi marks, overrides and isolates, the Unicode line and paragraph separators.
+_JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def safe_json(text: str) -> str:
+    r"""JSON text with each terminal control an encoder leaves raw written as its ``\uXXXX`` escape.
+
+    Those characters only occur inside JSON strings, where the escape is valid and parses to the
+    same character: the data is unchanged, the terminal is not driven. Every JSON the CLI prints
+    goes through it, to a terminal or not, so the bytes do not depend on where stdout goes.
+    """
+    return _JSON_RAW.sub(_json_escape, text)
 
 
 def has_controls(text: str) -> bool:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["NoStoreOption", "StoreOption"]
+__all__ = ["NoStoreOption", "StoreOption", "TrustEditedOption"]
 
 StoreOption = Annotated[
     Path | None,
@@ -16,3 +16,11 @@ StoreOption = Annotated[
     ),
 ]
 NoStoreOption = Annotated[bool, typer.Option("--no-store", help="Do not record this run in the run store.")]
+TrustEditedOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-edited",
+        help="With --from: use a record that was edited after it was recorded (refused otherwise); "
+        "the new run records that it replayed an edited record.",
+    ),
+]

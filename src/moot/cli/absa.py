@@ -39,7 +39,7 @@ from ..absa.schemas import TraceStep
 from ..app import store_spec
 from ..app.absa import absa_batch
 from ..app.ray import ray_options
-from ..app.rerun import RecordedAbsa, recorded_absa
+from ..app.rerun import RecordedAbsa, recorded_absa, trusted_edit
 from ..errors import UsageError
 from ..jsontext import check_unique_ids
 from ..models import Model, run_with_model
@@ -58,8 +58,8 @@ from ._io import (
 )
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._ray_options import RayOption, RayWorkersOption
-from ._safe import clean, markup
-from ._store_options import NoStoreOption, StoreOption
+from ._safe import clean, markup, safe_json
+from ._store_options import NoStoreOption, StoreOption, TrustEditedOption
 
 if TYPE_CHECKING:  # pragma: no cover - moot.scale is imported only with --ray
     from ..scale import RayOptions
@@ -293,6 +293,7 @@ def _rerun(
     input_file: Path | None,
     model: str | None,
     ray_address: str | None,
+    trust_edited: bool = False,
 ) -> tuple[RecordedAbsa | None, ReplayModel | None]:
     """``--from RUN_ID`` (and ``--replay``): the recorded run, and the model of its replies.
 
@@ -306,7 +307,7 @@ def _rerun(
         return None, None
     if sentence is not None or input_file is not None:
         raise UsageError("--from re-runs the recorded sentences: give no SENTENCE or --input with it")
-    recorded = recorded_absa(from_run, store)
+    recorded = recorded_absa(from_run, store, trust_edited=trust_edited)
     if not replay:
         if recorded.model == "replay" and model is None:  # a replay of replies from several models
             raise UsageError(f"run {recorded.id[:8]} was a replay: give --model to run it live")
@@ -401,6 +402,7 @@ def register(app: typer.Typer) -> None:
                 "a reply it never recorded fails its stage, named (exit 1), never sent.",
             ),
         ] = False,
+        trust_edited: TrustEditedOption = False,
     ) -> int:
         """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
 
@@ -421,6 +423,7 @@ def register(app: typer.Typer) -> None:
             input_file=input_file,
             model=model,
             ray_address=ray_address,
+            trust_edited=trust_edited,
         )
         cfg = load_config(config if config is not None or recorded is None else recorded.config)
         runner: str | Model | None = model
@@ -429,6 +432,7 @@ def register(app: typer.Typer) -> None:
             live = (recorded.model or "").removeprefix("replay:") or None  # a replay's: the model replayed
             runner = replayer if replayer is not None else model or live
             extra["from_run"] = recorded.id
+            extra |= trusted_edit(recorded.id)  # an edited record used under --trust-edited says so
             if replay:
                 extra["replay"] = {"from_run": recorded.id}
             if not recorded.batch:
@@ -440,7 +444,7 @@ def register(app: typer.Typer) -> None:
             with annotate(config=extra or None):
                 res = _one_sentence(sentence, runner, cfg, timeout, spec)
             if as_json:
-                typer.echo(res.model_dump_json(indent=2))
+                typer.echo(safe_json(res.model_dump_json(indent=2)))
             else:
                 print_absa_result(res, make_console())
             _timed_out([res], timeout)

@@ -44,7 +44,7 @@ from ._io import (
     check_output_dir,
 )
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
-from ._safe import clean, markup
+from ._safe import clean, markup, safe_json
 from ._store_options import NoStoreOption, StoreOption
 from .absa import say_timed_out
 
@@ -295,7 +295,7 @@ def absa_eval_cmd(
     if out is not None:
         _write_metrics(out, data, dataset, payload)
     if as_json:
-        typer.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+        typer.echo(safe_json(json.dumps(payload, ensure_ascii=False, indent=2)))
     else:
         _print_scores(scores, f"ABSA evaluation · {Path(data).name} · {len(items)} sentences", report)
     if out is not None:

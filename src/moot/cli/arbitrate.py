@@ -19,7 +19,7 @@ from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, app
 from ._console import make_console, print_table
 from ._io import MAX_CONCURRENCY, read_json
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
-from ._safe import markup
+from ._safe import markup, safe_json
 from ._store_options import NoStoreOption, StoreOption
 
 __all__ = ["load_reports", "print_arbitration", "register"]
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
                 store=store_spec(store, enabled=not no_store),
             )
         if as_json:
-            typer.echo(result.model_dump_json())
+            typer.echo(safe_json(result.model_dump_json()))
             return _exit.for_arbitration(result)
         out = make_console()
         print_arbitration(result, out)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ..models.cache import ResponseCache, default_cache_path, parse_age
+from ._safe import safe_json
 
 __all__ = ["register"]
 
@@ -46,7 +47,7 @@ def register(app: typer.Typer) -> None:
         target = cache_file if cache_file is not None else default_cache_path()
         if not target.exists():  # nothing cached yet: say so, create nothing
             typer.echo(
-                json.dumps({"path": str(target), "entries": 0, "bytes": 0})
+                safe_json(json.dumps({"path": str(target), "entries": 0, "bytes": 0}))
                 if as_json
                 else f"{target}: no cache yet (0 entries)"
             )
@@ -61,7 +62,7 @@ def register(app: typer.Typer) -> None:
                 "newest": s.newest,
                 "models": s.models,
             }
-            typer.echo(json.dumps(data))
+            typer.echo(safe_json(json.dumps(data)))
             return
         typer.echo(f"{s.path}: {s.entries} entries, {s.bytes:,} bytes")
         typer.echo(f"oldest {_when(s.oldest)}, newest {_when(s.newest)}")

@@ -17,8 +17,8 @@ from rich.table import Table
 import moot.cli._exit as _exit
 
 from ..app import store_spec
-from ..app.recorder import recorded_ids
-from ..app.rerun import recorded_debate, recorded_endpoints, stored_run
+from ..app.recorder import recorded_ids, resolve_store
+from ..app.rerun import recorded_debate, recorded_endpoints, stored_run, trusted_edit
 from ..debate_run import unreachable_error
 from ..engine import Debate
 from ..errors import UsageError
@@ -39,8 +39,8 @@ from ._io import (
     staged_output,
 )
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
-from ._safe import clean, markup
-from ._store_options import NoStoreOption, StoreOption
+from ._safe import clean, markup, safe_json
+from ._store_options import NoStoreOption, StoreOption, TrustEditedOption
 from .dry_run import first_round_calls, format_calls
 from .run_batch import read_topics, run_batch
 
@@ -174,6 +174,15 @@ class LiveView:
             c.print(f"[yellow]{markup(event.message or '')}[/]")
 
 
+def _forget(store: Any, ids: list[str]) -> None:
+    """Delete the runs ``ids`` the command recorded into ``store`` (a ``store=`` spec; None: none)."""
+    if store is None or store is False or not ids:
+        return
+    opened = resolve_store(store)
+    for run_id in ids:
+        opened.delete(run_id)
+
+
 def print_summary(console: Console, result: DebateResult) -> None:
     """The end of ``moot run``'s output: the decision, the answer and the costs (``runs show`` too)."""
     table = Table(show_header=False, box=None)
@@ -237,7 +246,7 @@ def _replayers(
     model; without, a persona the user gave a model (``--role-model``) plays live and the rest
     replay the record in full.
     """
-    record = stored_run(run_id, store)
+    record = stored_run(run_id, store, trust_edited=True)  # checked (and trusted or not) by --from already
     out: dict[str, str | Model] = {}
     for key in players.protocol.personas:
         live = players.model_for(key)
@@ -416,6 +425,7 @@ def register(app: typer.Typer) -> None:
                 "(with --model / --role-model, or the recorded models).",
             ),
         ] = None,
+        trust_edited: TrustEditedOption = False,
     ) -> int:
         """Run one debate and show it live (or print the result as JSON), or a batch with --input.
 
@@ -446,7 +456,7 @@ def register(app: typer.Typer) -> None:
                 store=store,
                 use_store=not no_store,
             )
-        recorded = recorded_debate(from_run, store) if from_run else {}
+        recorded = recorded_debate(from_run, store, trust_edited=trust_edited) if from_run else {}
         overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
         spec: str | Path | dict[str, Any] = protocol or (config if config is not None else "answer")
         if recorded and protocol is None and config is None:
@@ -468,11 +478,12 @@ def register(app: typer.Typer) -> None:
             calls = format_calls(
                 first_round_calls(debate, topic, ctx, _players(debate, model, roles)), as_json=as_json
             )
-            typer.echo(calls if as_json else clean(calls))
+            typer.echo(safe_json(calls) if as_json else clean(calls))
             return 0
         extra: dict[str, Any] = {}  # what the record adds to the debate's own config
         if from_run:
             extra["from_run"] = from_run
+            extra |= trusted_edit(from_run)  # an edited record replayed under --trust-edited says so
         if replayed is not None:
             extra["replay"] = replayed
         console = make_console(stderr=as_json)
@@ -498,9 +509,11 @@ def register(app: typer.Typer) -> None:
                 )
             unreachable = unreachable_error(result)
             if unreachable and initial_answer is None:  # with one, the result falls back to it (exit 1)
+                # Exit 2 leaves nothing written: the run the store recorded as failed goes too.
+                _forget(debate.store, ids)
                 raise UsageError(f"cannot reach the model endpoint: {unreachable}")
         if as_json:
-            typer.echo(result.model_dump_json())
+            typer.echo(safe_json(result.model_dump_json()))
         else:
             print_summary(console, result)
             print_endpoints(console, debate.endpoint_stats())

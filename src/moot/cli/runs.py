@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from typing import Annotated, Any, get_args
 
@@ -21,11 +22,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ..app.compare import BenchComparison, as_json, compare_runs
-from ..app.records import read_store
+from ..app.records import list_row, read_store, runs_page
 from ..errors import UsageError
 from ..runs import RunRecord, RunStatus, RunStore, load_result
 from ._console import make_console, print_table
-from ._safe import clean, markup
+from ._safe import clean, markup, safe_json
 from ._store_options import StoreOption
 
 __all__ = ["register", "runs_app"]
@@ -56,9 +57,12 @@ def _open(store: Any) -> RunStore:
 
 
 def _console() -> Console:
-    # Piped output keeps whole ids and titles instead of the 80-column default's ellipses.
+    # Piped output keeps whole ids and titles instead of the 80-column default's ellipses, unless
+    # COLUMNS says how wide the reader is (rich reads it, as every other command's console does).
     console = make_console()
-    return console if console.is_terminal else make_console(width=200)
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console
+    return make_console(width=200)
 
 
 def _when(ts: float) -> str:
@@ -67,10 +71,6 @@ def _when(ts: float) -> str:
 
 def _wall(record: RunRecord) -> str:
     return "-" if record.wall_s is None else f"{record.wall_s:.1f}s"
-
-
-def _row_json(record: RunRecord) -> dict[str, Any]:
-    return record.model_dump(mode="json", exclude={"result"}) | {"wall_s": record.wall_s}
 
 
 @runs_app.command("list")
@@ -86,7 +86,12 @@ def list_cmd(
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most N runs.")] = 50,
     offset: Annotated[int, typer.Option(min=0, help="Skip the first N runs (the next page).")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON array of runs.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help='One JSON object, as /api/runs answers: {"total", "offset", "limit", "runs"}.'
+        ),
+    ] = False,
     store: StoreOption = None,
 ) -> None:
     """Runs, newest first: id, kind, title, model, status, calls, tokens, wall time; 50 at a time."""
@@ -96,11 +101,10 @@ def list_cmd(
     with _open(store) as opened:
         runs = opened.list(**filters, limit=limit, offset=offset)
         total = opened.count(**filters)
-        for r in runs:
-            if r.status == "running":  # its row has usage only at the end: what is stored so far
-                r.usage = opened.live_usage(r.id)
+        rows = [list_row(opened, r) for r in runs]  # a running run's usage: what is stored so far
     if as_json:
-        typer.echo(json.dumps([_row_json(r) for r in runs], ensure_ascii=False))
+        page = runs_page(rows, total=total, offset=offset, limit=limit)
+        typer.echo(safe_json(json.dumps(page, ensure_ascii=False)))
         return
     table = Table("id", "started", "kind", "title", "model", "status", "calls", "tokens", "wall", "score")
     for r in runs:
@@ -111,7 +115,7 @@ def list_cmd(
             r.kind,
             markup(title),
             markup(r.model),
-            r.status,
+            r.status if r.damage is None else f"[red]{r.status} · damaged[/]",
             str(r.usage.calls),
             str(r.usage.total_tokens),
             _wall(r),
@@ -120,6 +124,9 @@ def list_cmd(
     console = _console()
     print_table(console, table, drop=("score", "wall", "tokens", "started", "kind"))
     console.print(_showing(offset, len(runs), total, limit), markup=False, highlight=False)
+    for r in runs:  # what is damaged, named (the rest of the list is as stored)
+        if r.damage is not None:
+            console.print(clean(r.damage), style="red", markup=False, highlight=False, soft_wrap=True)
 
 
 def _showing(offset: int, shown: int, total: int, limit: int) -> str:
@@ -139,10 +146,17 @@ def _show_debate(opened: RunStore, record: RunRecord, console: Console) -> None:
     from .run import LiveView, print_summary
 
     live = LiveView(console, None)
-    for stored in opened.events(record.id):
-        if stored.kind == "debate_completed":
-            continue  # its result is the summary below
-        live(Event.model_validate({"kind": stored.kind, **stored.data}))
+    events = [
+        Event.model_validate({"kind": stored.kind, **stored.data})
+        for stored in opened.events(record.id)
+        if stored.kind != "debate_completed"  # its result is the summary below
+    ]
+    # "… X is thinking" is news while a run goes on: shown only for a turn still in flight.
+    done = {(e.speaker, e.round) for e in events if e.kind in ("turn_completed", "judge_completed")}
+    for event in events:
+        in_flight = record.status == "running" and (event.speaker, event.round) not in done
+        if event.kind != "turn_started" or in_flight:
+            live(event)
     result = load_result(opened, record.id)
     if result is not None:
         print_summary(console, result)
@@ -209,6 +223,11 @@ def _header(record: RunRecord, console: Console) -> None:
     )
     if record.error:
         console.print(f"[yellow]{markup(record.error)}[/]")
+    if record.integrity == "edited":
+        console.print(f"[yellow]edited after it was recorded: {markup(', '.join(record.edited))}[/]")
+    edited = record.config.get("edited_record")
+    if isinstance(edited, dict):  # --from an edited record under --trust-edited
+        console.print(f"[yellow]re-ran an edited record of run {markup(str(edited.get('run', ''))[:8])}[/]")
     replay, source = record.config.get("replay"), record.config.get("from_run")
     if isinstance(replay, dict):  # moot run/absa --from ID --replay; moot bench --replay DIR|ID
         until = replay.get("until_round")
@@ -229,11 +248,15 @@ def show_cmd(
     """Show a run as its command printed it live, from the store."""
     with _open(store) as opened:
         record = opened.get(run_id)
+        if record.damage is not None:
+            raise UsageError(
+                f"{record.damage}: moot runs list shows its other fields; moot runs rm deletes it"
+            )
         if as_json:
             data = record.model_dump(mode="json") | {"wall_s": record.wall_s}
             if record.kind in ("bench", "absa-eval") or record.config.get("batch"):
                 data["items"] = [i.model_dump(mode="json") for i in opened.iter_items(record.id)]
-            typer.echo(json.dumps(data, ensure_ascii=False))
+            typer.echo(safe_json(json.dumps(data, ensure_ascii=False)))
             return
         console = _console()
         _header(record, console)
@@ -254,17 +277,21 @@ def export_cmd(
         raise UsageError(f"--format must be json or jsonl, not {fmt!r}")
     with _open(store) as opened:
         record = opened.get(run_id)
+        if record.damage is not None:
+            raise UsageError(
+                f"{record.damage}: moot runs list shows its other fields; moot runs rm deletes it"
+            )
         run = record.model_dump(mode="json")
         events = [e.model_dump(mode="json") for e in opened.events(record.id)]
         items = [i.model_dump(mode="json") for i in opened.iter_items(record.id)]
     if fmt == "json":
-        typer.echo(json.dumps({"run": run, "events": events, "items": items}, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps({"run": run, "events": events, "items": items}, ensure_ascii=False)))
         return
-    typer.echo(json.dumps({"type": "run", **run}, ensure_ascii=False))
+    typer.echo(safe_json(json.dumps({"type": "run", **run}, ensure_ascii=False)))
     for e in events:
-        typer.echo(json.dumps({"type": "event", **e}, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps({"type": "event", **e}, ensure_ascii=False)))
     for i in items:
-        typer.echo(json.dumps({"type": "item", **i}, ensure_ascii=False))
+        typer.echo(safe_json(json.dumps({"type": "item", **i}, ensure_ascii=False)))
 
 
 def _stdin_is_terminal() -> bool:
@@ -310,7 +337,7 @@ def compare_cmd(
     with _open(store) as opened:
         cmp = compare_runs(opened, a, b)
     if as_json_:
-        typer.echo(json.dumps(as_json(cmp), ensure_ascii=False))
+        typer.echo(safe_json(json.dumps(as_json(cmp), ensure_ascii=False)))
         return
     console = _console()
     title = f"A = {cmp.a.id[:8]} · B = {cmp.b.id[:8]}"

@@ -2,10 +2,10 @@
 
 Two ways to put a debate into a LangGraph ``StateGraph``:
 
-* :func:`debate_node` wraps a whole :class:`~moot.Debate` run in one async node
-  function. It suits pipelines where the debate is one step among many (seed 000:
-  retrieve -> compose -> *debate* -> finalize). It needs nothing from LangGraph
-  itself, so it also works in any framework that calls ``await node(state)``.
+* :func:`debate_node` wraps a whole :class:`~moot.Debate` run in one node. It suits
+  pipelines where the debate is one step among many (seed 000: retrieve -> compose ->
+  *debate* -> finalize). It runs under ``app.invoke`` and ``app.ainvoke`` alike, and
+  ``await node(state)`` calls it in any framework (LangGraph not needed).
 * :func:`build_debate_graph` compiles a protocol into a LangGraph subgraph with one
   node per speaker, the moderator and judge as nodes of their own, sequential stages
   as edges, concurrent groups as fan-out/fan-in, and a ``continue``/``conclude``
@@ -39,11 +39,14 @@ Protocols with many rounds on LangGraph releases older than 1.0 (default recursi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
+import functools
 import inspect
 import time
 import typing
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,9 +56,10 @@ import moot.graph_stream as _lg_stream
 import moot.integrations._lg_review as _lg_review
 import moot.observe as observe
 
+from .. import aio
 from ..engine import Debate, DebateRun, EventCallback
 from ..errors import MissingDependencyError, UsageError
-from ..human_review import ReviewMode, check_mode, require_checkpointer, run_once
+from ..human_review import ReviewMode, check_mode, require_checkpointer, run_once, run_once_sync
 from ..models import ModelLike
 from ..protocol import Protocol
 from ..transcript import DebateResult, Event, Turn
@@ -74,7 +78,10 @@ __all__ = [
 
 
 class NodeFunction(typing.Protocol):
-    """An async graph node: ``await node(state)`` returns a partial state update.
+    """A graph node: ``await node(state)`` returns a partial state update.
+
+    :func:`debate_node`'s is also a LangChain ``Runnable`` with both paths (``invoke`` and
+    ``ainvoke``) when LangGraph is installed, so a graph runs it under either.
 
     ``state`` is any mapping (typed ``Any`` so that LangGraph's ``add_node`` accepts the
     node for a graph of any state schema).
@@ -144,6 +151,16 @@ def _kept_because(result: DebateResult) -> str | None:
     return None
 
 
+def _answer_update(result: DebateResult, answer_key: str) -> dict[str, Any]:
+    """``{answer_key: final_answer}``, or nothing (said on the custom stream) when the answer is kept."""
+    kept = _kept_because(result)
+    if kept is None:
+        return {answer_key: result.final_answer}
+    if not result.skipped:
+        _lg_stream.write({"type": "answer_kept", "source": "moot", "debate_id": result.id, "reason": kept})
+    return {}
+
+
 # -- debate_node ------------------------------------------------------------------------------------
 def debate_node(
     debate_or_protocol: Debate | ProtocolSpec,
@@ -164,9 +181,10 @@ def debate_node(
     The node reads ``state[topic_key]`` (required text), ``state[context_key]``
     (optional, any JSON-able value) and, if ``initial_answer_key`` is given, the
     answer to fall back on. It returns a partial update that puts the
-    :class:`~moot.DebateResult` **object** (not a dict; call ``model_dump(mode="json")``
-    to serialise it) under ``output_key`` and, if ``answer_key`` is given and the
-    result has one, ``result.final_answer`` under ``answer_key``. Run-time failures
+    :class:`~moot.DebateResult` as JSON data (a dict, so that any checkpointer stores
+    it; ``DebateResult.model_validate(state[output_key])`` gives the object back) under
+    ``output_key`` and, if ``answer_key`` is given and the result has a non-blank one,
+    ``result.final_answer`` under ``answer_key``. Run-time failures
     never raise: on a timeout, an unreachable backend or a failed turn the result
     falls back (``result.fallback`` says why) to the initial answer (seed 000).
 
@@ -177,7 +195,7 @@ def debate_node(
         topic_key: state key holding the topic.
         context_key: state key holding the shared context (missing is fine).
         initial_answer_key: state key holding the answer to fall back on.
-        output_key: state key that receives the DebateResult.
+        output_key: state key that receives the DebateResult, as a dict.
         answer_key: state key that receives the final answer.
         debate_mode_key: state key of a feature flag; when given and the flag is
             missing or false, the debate is skipped without any model call: the
@@ -194,7 +212,9 @@ def debate_node(
             passed in keeps its own.
 
     Returns:
-        ``async def node(state) -> dict``, named ``debate_<protocol>``.
+        The node, named ``debate_<protocol>``: ``await node(state)`` returns the update; with
+        LangGraph installed it is also a ``Runnable`` whose ``invoke`` runs the debate on an
+        event loop of its own, so ``app.invoke(...)`` works as ``await app.ainvoke(...)`` does.
 
     Raises:
         UsageError: ``model`` or ``store`` given together with a Debate, an unknown ``human_review``;
@@ -214,7 +234,8 @@ def debate_node(
     name = f"debate_{debate.protocol.name}".replace("-", "_")
     listeners = _listeners(on_event)
 
-    async def node(state: Mapping[str, Any]) -> dict[str, Any]:
+    def start(state: Mapping[str, Any]) -> Callable[[], Coroutine[Any, Any, dict[str, Any]]]:
+        """Check the state; the debate's run, as JSON data (a task's result must be plain data)."""
         topic = state.get(topic_key)
         if not isinstance(topic, str):
             raise UsageError(f"debate node: the state has no text under {topic_key!r}")
@@ -234,25 +255,97 @@ def debate_node(
                 )
             return result.model_dump(mode="json")
 
-        if mode is None:
-            result = DebateResult.model_validate(await run())
-        else:  # a task: when the graph resumes after the review, the debate is not run again
-            result = DebateResult.model_validate(await run_once(f"{name}_run", run))
-            if _lg_review.review(result, mode):
-                _record_review(debate, result)
-        update: dict[str, Any] = {output_key: result.model_dump(mode="json")}
-        if answer_key:
-            kept = _kept_because(result)
-            if kept is None:
-                update[answer_key] = result.final_answer
-            elif not result.skipped:
-                _lg_stream.write(
-                    {"type": "answer_kept", "source": "moot", "debate_id": result.id, "reason": kept}
-                )
-        return update
+        return run
 
-    node.__name__ = node.__qualname__ = name
-    return node
+    async def node(state: Mapping[str, Any]) -> dict[str, Any]:
+        run = start(state)
+        # With a review, a task: when the graph resumes after it, the debate is not run again.
+        return finish(await run() if mode is None else await run_once(f"{name}_run", run))
+
+    def invoke(state: Mapping[str, Any]) -> dict[str, Any]:
+        run = start(state)
+
+        def blocking() -> dict[str, Any]:
+            return _blocking(_closing(run(), debate))
+
+        return finish(blocking() if mode is None else run_once_sync(f"{name}_run", blocking))
+
+    def finish(data: dict[str, Any]) -> dict[str, Any]:
+        """The state update from the debate's result (after the human review, if any)."""
+        result = DebateResult.model_validate(data)
+        if mode is not None and _lg_review.review(result, mode):
+            _record_review(debate, result)
+        update: dict[str, Any] = {output_key: result.model_dump(mode="json")}
+        return update | (_answer_update(result, answer_key) if answer_key else {})
+
+    node.__name__ = node.__qualname__ = invoke.__name__ = invoke.__qualname__ = name
+    return _with_sync_path(node, invoke)
+
+
+async def _closing(run: Coroutine[Any, Any, dict[str, Any]], debate: Debate) -> dict[str, Any]:
+    """``run``, then the debate's connection pools closed: they must not outlive this event loop.
+
+    As in :meth:`Debate.run_sync`; the async path keeps them for the caller's loop.
+    """
+    try:
+        return await run
+    finally:
+        await debate.aclose()
+
+
+def _blocking(coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """Run ``coro`` to the end on an event loop of its own.
+
+    From a thread whose loop is running (``app.invoke`` called inside async code, a notebook)
+    ``asyncio.run`` is refused, so the loop runs in a worker thread, in this thread's context
+    (LangGraph's config, stream writer and interrupts travel in context variables).
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return aio.run(coro)
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(1, thread_name_prefix="moot-debate-node") as pool:
+        return pool.submit(context.run, aio.run, coro).result()
+
+
+@functools.cache
+def _runnable_node_class() -> type[Any] | None:
+    """A LangChain ``RunnableLambda`` that can also be awaited as ``node(state)``; None without it.
+
+    LangGraph takes a node's sync and async functions from a Runnable; from a plain async
+    function it gets no sync path, and ``app.invoke`` raises "No synchronous function provided".
+    """
+    try:
+        from langchain_core.runnables import RunnableLambda
+    except ImportError:
+        return None
+
+    AsyncNode = Callable[[Mapping[str, Any]], Coroutine[Any, Any, dict[str, Any]]]
+
+    class RunnableNode(RunnableLambda[Any, dict[str, Any]]):
+        """Both paths of one node; calling it calls the async function itself, outside any Runnable."""
+
+        def __init__(self, invoke: Callable[[Mapping[str, Any]], dict[str, Any]], node: AsyncNode) -> None:
+            super().__init__(invoke, afunc=node, name=node.__name__)
+            self.node = node
+            self.__name__ = node.__name__
+
+        def __call__(self, state: Any) -> Coroutine[Any, Any, dict[str, Any]]:
+            return self.node(state)
+
+    return RunnableNode
+
+
+def _with_sync_path(
+    node: Callable[[Mapping[str, Any]], Coroutine[Any, Any, dict[str, Any]]],
+    invoke: Callable[[Mapping[str, Any]], dict[str, Any]],
+) -> NodeFunction:
+    """One node with both paths: ``node`` for ``ainvoke`` and ``await``, ``invoke`` for ``invoke``."""
+    cls = _runnable_node_class()
+    if cls is None:  # no LangChain, hence no LangGraph: ``await node(state)`` is the only caller
+        return typing.cast(NodeFunction, node)
+    return typing.cast(NodeFunction, cls(invoke, node))
 
 
 def _record_review(debate: Debate, result: DebateResult) -> None:

@@ -21,11 +21,12 @@ def split_provider(spec: str) -> tuple[str, str]:
 
     The query is set aside before looking for the colon, so ``local?n_threads=4`` (the
     bundled model with an option) is provider ``local``, and a ``base_url`` option's own
-    colons do not count.
+    colons do not count. Nothing is stripped: whitespace inside a spec is the backend's
+    to refuse (``openai :m`` names no known provider).
     """
     head, sep, query = spec.partition("?")
     provider, _, rest = head.partition(":")
-    return provider.strip(), rest.strip() + sep + query
+    return provider, rest + sep + query
 
 
 def spec_from_mapping(value: Mapping[str, Any]) -> str:

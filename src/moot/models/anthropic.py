@@ -15,7 +15,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import (
     MissingCredentialsError,
@@ -27,7 +27,7 @@ from ..errors import (
     never_sent,
     redact,
 )
-from ._http import parse_retry_after
+from ._grammar import check_model_name
 from ._sdk import SDKModel
 from .base import (
     Message,
@@ -38,6 +38,7 @@ from .base import (
     spec_cap,
     split_spec_options,
 )
+from .transport import parse_retry_after
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "DEFAULT_MAX_TOKENS", "AnthropicModel", "map_anthropic_error"]
 
@@ -156,14 +157,19 @@ class AnthropicModel(SDKModel):
         self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         self.send_temperature = send_temperature
 
+    spec_options: ClassVar[tuple[str, ...]] = ("timeout", "max_concurrency")
+    """The ``?key=value`` options an ``anthropic:`` spec accepts (any other is a usage error)."""
+
     @classmethod
     def from_spec(cls, rest: str) -> AnthropicModel:
         """Build from the part of the spec after ``anthropic:``: ``MODEL?timeout=S&max_concurrency=N``.
 
         Raises:
-            UsageError: an unknown option, a bad timeout or cap.
+            UsageError: a part of the spec moot does not read (an unknown option, a model name
+                with a URL, ``@`` or whitespace in it), a bad timeout or cap.
         """
-        name, options = split_spec_options(rest, ("timeout", "max_concurrency"))
+        name, options = split_spec_options(rest, cls.spec_options)
+        check_model_name("anthropic", name)
         timeout = float(options["timeout"]) if "timeout" in options else None
         return cls(name or DEFAULT_ANTHROPIC_MODEL, timeout=timeout, max_concurrency=spec_cap(options))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import urllib.parse
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import moot.redact as redact
 
 from ..errors import ModelRequestsBlocked
+from ._grammar import parse_options
 from .limits import DEFAULT_CAP, Endpoint, Gate, shared_gate
 
 __all__ = [
@@ -40,6 +40,8 @@ __all__ = [
     "model_info",
     "note_cached_reply",
     "note_extra_request",
+    "note_not_sent",
+    "public_endpoint",
     "spec_cap",
     "split_spec_options",
     "unit_scope",
@@ -86,21 +88,18 @@ def _positive_seconds(raw: str, what: str) -> float:
 def split_spec_options(rest: str, allowed: tuple[str, ...] = ("timeout",)) -> tuple[str, dict[str, str]]:
     """Split ``name?key=value&...`` (the part of a spec after ``provider:``) into name and options.
 
-    ``timeout`` is checked to be a positive number of seconds.
+    The options are read strictly (:func:`moot.models._grammar.parse_options`): each one
+    ``key=value``, known, given once, with a value. ``timeout`` is checked to be a positive
+    number of seconds. The name is returned as written; the backend checks it.
 
     Raises:
-        UsageError: an option not in ``allowed``, or a bad timeout.
+        UsageError: an option not in ``allowed``, one that cannot be read, or a bad timeout.
     """
-    from ..errors import UsageError
-
-    name, _, query = rest.partition("?")
-    options = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise UsageError(f"unknown model option(s) {', '.join(unknown)}; known: {', '.join(allowed)}")
+    name, sep, query = rest.partition("?")
+    options = parse_options(query, allowed) if sep else {}
     if "timeout" in options:
         _positive_seconds(options["timeout"], "timeout")
-    return name.strip(), options
+    return name, options
 
 
 _CONCURRENCY_CAP: ContextVar[int | None] = ContextVar("moot_concurrency_cap", default=None)
@@ -175,8 +174,9 @@ class Usage(BaseModel):
 
     ``calls`` counts requests the server answered (what a provider bills);
     ``attempts`` counts every request sent, answered or not: retries, structured-mode
-    probes, and requests of turns cancelled while in flight. ``attempts`` is what a
-    server's own request log shows. Backends report ``calls=1`` per response;
+    probes, and requests of turns cancelled while in flight, but not a request cancelled
+    while it waited for a slot of its endpoint, which sent nothing (:func:`note_not_sent`).
+    ``attempts`` is what a server's own request log shows. Backends report ``calls=1`` per response;
     :func:`moot.models.call_model` counts ``attempts``.
     """
 
@@ -272,6 +272,19 @@ def unit_scope(unit: str | None) -> Iterator[None]:
 def current_unit() -> str | None:
     """The batch unit of the requests made now (see :func:`unit_scope`), or None outside a batch."""
     return _UNIT.get()
+
+
+def note_not_sent() -> None:
+    """Say that the request the current ``Model.request`` call was about to send was never sent.
+
+    :func:`moot.models.call_model` counts an attempt before the backend runs; a request
+    cancelled while it waited for a slot of its endpoint (``--model-concurrency``, a replica's
+    limit) or for its connection to open sent nothing, so this takes that attempt back:
+    ``usage.attempts`` counts what the server's log shows.
+    """
+    stats = _CURRENT_STATS.get()
+    if stats is not None:
+        stats.usage.attempts -= 1
 
 
 def note_cached_reply() -> None:
@@ -375,7 +388,7 @@ class Model(ABC):
         again on every call, so a cap set after construction applies). One gate per event
         loop, as asyncio objects belong to one loop (``run_sync`` uses a fresh loop per call;
         threads each run their own). A backend that routes over endpoints of its own (the
-        ``openai:`` lean stack) returns None and gates each endpoint itself.
+        ``openai:`` aiohttp stack) returns None and gates each endpoint itself.
         """
         loop = asyncio.get_running_loop()
         gates = self.__dict__.get("_gates")  # a subclass may not call super().__init__()
@@ -457,10 +470,21 @@ def endpoint_stats(models: Iterable[Model]) -> list[dict[str, object]]:
     return list(seen.values())
 
 
-def model_info(model: Model) -> dict[str, Any]:
-    """A model's spec and endpoint, as a run records it (never its key)."""
-    info: dict[str, Any] = {"spec": model.name}
+def public_endpoint(model: Model) -> str | None:
+    """The endpoint ``model`` sends to, as every record, event, span and line shows it; None if none.
+
+    Its user-info and credential query parameters are masked (:func:`moot.redact.url`): this is
+    the one place the endpoint leaves a backend for what a run writes, so a key in the URL
+    (``?api_key=K``) is gone before any event carries it (``model_request``, a run's ``models``).
+    """
     endpoint = getattr(model, "base_url", None)
-    if isinstance(endpoint, str) and endpoint:
+    return redact.url(endpoint) if isinstance(endpoint, str) and endpoint else None
+
+
+def model_info(model: Model) -> dict[str, Any]:
+    """A model's spec and endpoint (:func:`public_endpoint`), as a run records it (never its key)."""
+    info: dict[str, Any] = {"spec": model.name}
+    endpoint = public_endpoint(model)
+    if endpoint is not None:
         info["endpoint"] = endpoint
     return info

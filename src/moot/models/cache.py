@@ -20,8 +20,12 @@ counts as ``usage.cached``, not as a call or an attempt, so ``usage.calls`` stay
 of requests a model served and reconciles with its server's log.
 
 Several processes may share one cache file: writes are single SQLite transactions in WAL
-mode with a busy timeout. A file that is not a moot cache, or one written by another format
-version, is refused with a message and left untouched.
+mode (``synchronous=NORMAL``: no fsync per stored reply) with a busy timeout, and two processes
+creating the same new file at once both succeed. Every read and write runs on a thread of the
+cache's own, so an event loop never waits for the file. A file that is not a moot cache, one
+written by another format version, or a damaged one (``PRAGMA quick_check`` when it is opened)
+is refused with a message naming it, before any work, and left untouched. An entry that cannot
+be read is a miss (counted in ``unreadable``, said once on stderr), never an error.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import sys
 import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +48,7 @@ from typing import Any
 import orjson
 
 from ..errors import UsageError
+from ._sqlite import BUSY_TIMEOUT_S, DbThread, is_locked, retry_locked, set_wal
 from .base import Model, ModelRequest, ModelResponse, Usage, note_cached_reply
 from .limits import Gate
 
@@ -75,6 +82,8 @@ CREATE TABLE IF NOT EXISTS replies (
 );
 CREATE INDEX IF NOT EXISTS replies_created ON replies(created);
 """
+_QUICK_CHECK_BYTES = 64 * 1024 * 1024
+"""Cache files up to this size get ``PRAGMA quick_check`` when opened (a few ms a MB)."""
 
 
 def default_cache_path() -> Path:
@@ -124,13 +133,18 @@ class CacheStats:
 class ResponseCache:
     """Model replies in a SQLite file, shared safely by concurrent processes.
 
+    Every statement runs on one thread of the cache's own (:class:`~moot.models._sqlite.DbThread`,
+    with its own connection): :class:`CachedModel` awaits it, so an event loop serving other
+    debates never waits for the file (a read, a commit, another process's lock).
+
     Args:
         path: the cache file (created with its folder when missing).
         expiry_s: entries older than this many seconds are ignored (and replaced when the
             request is made again); None keeps them forever.
 
     Raises:
-        UsageError: the file exists but is not a moot cache, or has another format version.
+        UsageError: the file exists but is not a moot cache, has another format version, or is
+            damaged (``PRAGMA quick_check`` finds a problem): refused before any work, untouched.
     """
 
     def __init__(self, path: str | Path, *, expiry_s: float | None = None) -> None:
@@ -140,20 +154,57 @@ class ResponseCache:
         """Replies served from the cache by this object."""
         self.misses = 0
         """Requests this object sent on to the model."""
+        self.unreadable = 0
+        """Entries that could not be read (a damaged row or page): each counted as a miss."""
+        self.unwritten = 0
+        """Replies that could not be stored (a damaged page, a full disk): the call still answered."""
         self._lock = threading.Lock()
         self._seen: defaultdict[str, int] = defaultdict(int)
-        self._conn = self._open()
-
-    def _open(self) -> sqlite3.Connection:
+        self._said: set[str] = set()
         if not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
+        self._db = DbThread(f"moot-cache:{self.path.name}", self._connect)
         try:
-            conn.execute("PRAGMA busy_timeout=30000")
-            if self._read_marks(conn) is None:
-                # A new (or empty) file: made a cache in one transaction; a process doing the
-                # same at the same moment waits for it, then finds the marks set.
-                conn.execute("BEGIN IMMEDIATE")
+            self._db.call(lambda conn: None)  # opened, checked and prepared now: errors before any work
+        except BaseException:
+            self._db.close()
+            raise
+        weakref.finalize(self, self._db.close)  # a cache dropped unclosed ends its thread
+
+    def _connect(self) -> sqlite3.Connection:
+        """The cache thread's connection: the file checked, made a cache if new, in WAL mode."""
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            retry_locked(lambda: self._prepare(conn))
+            set_wal(conn, synchronous="NORMAL")
+        except sqlite3.DatabaseError as err:
+            conn.close()
+            if is_locked(err):
+                raise UsageError(
+                    f"{self.path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s"
+                ) from None
+            raise UsageError(self._damaged(str(err))) from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _damaged(self, detail: str) -> str:
+        if "not a database" in detail:
+            return f"{self.path} is not a moot response cache ({detail}); give another --cache-file"
+        return (
+            f"{self.path} is a damaged response cache (SQLite: {detail}); delete it (it holds only "
+            "cached replies: moot starts a new one there) or give another --cache-file"
+        )
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """Refuse a file that is not a cache or is damaged; make an empty one a cache (idempotent)."""
+        if self._read_marks(conn) is None:
+            # A new (or empty) file: made a cache in one transaction; a process doing the
+            # same at the same moment waits for it, then finds the marks set.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
                 if self._read_marks(conn) is None:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
@@ -161,11 +212,14 @@ class ResponseCache:
                     conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
                     conn.execute(f"PRAGMA user_version={_FORMAT}")
                 conn.execute("COMMIT")
-                conn.execute("PRAGMA journal_mode=WAL")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        elif self.path.stat().st_size <= _QUICK_CHECK_BYTES:
+            problems = [str(r[0]) for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
+            if problems != ["ok"]:
+                raise UsageError(self._damaged("; ".join(problems)))
 
     def _read_marks(self, conn: sqlite3.Connection) -> int | None:
         """The file's format version, None for an empty database; refuse anything else."""
@@ -174,7 +228,9 @@ class ResponseCache:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         except sqlite3.DatabaseError as err:
-            raise UsageError(f"{self.path} is not a moot response cache ({err})") from err
+            if is_locked(err):
+                raise
+            raise UsageError(self._damaged(str(err))) from err
         if app_id == 0 and tables == 0:
             return None
         if app_id != _APPLICATION_ID:
@@ -186,6 +242,12 @@ class ResponseCache:
             )
         return version
 
+    def _say_once(self, what: str, line: str) -> None:
+        """One warning on stderr per kind of trouble and cache (the counts say how many)."""
+        if what not in self._said:
+            self._said.add(what)
+            print(f"moot: warning: {line}", file=sys.stderr)
+
     def next_sample(self, base: str) -> int:
         """The sample index of one more request with key ``base`` in this process (0, 1, ...)."""
         with self._lock:
@@ -194,52 +256,98 @@ class ResponseCache:
         return sample
 
     def close(self) -> None:
-        """Close the file."""
-        with self._lock:
-            self._conn.close()
+        """Finish what was given to the cache's thread, close the file and end the thread."""
+        self._db.close()
 
-    def get(self, key: str) -> ModelResponse | None:
-        """The cached reply for ``key``, or None (missing or expired)."""
-        with self._lock:
-            row = self._conn.execute("SELECT created, response FROM replies WHERE key = ?", (key,)).fetchone()
+    # -- reads and writes, on the cache's thread -------------------------------------------------
+    def _get(self, conn: sqlite3.Connection, key: str) -> ModelResponse | None:
+        try:
+            row = conn.execute("SELECT created, response FROM replies WHERE key = ?", (key,)).fetchone()
+        except sqlite3.DatabaseError as err:  # a damaged page met after the open, or locked for 30 s
+            self._unreadable(f"SQLite: {err}")
+            return None
         if row is None:
             return None
         created, blob = row
         if self.expiry_s is not None and time.time() - created > self.expiry_s:
             return None
-        return ModelResponse.model_validate_json(blob)
+        try:
+            return ModelResponse.model_validate_json(blob)
+        except ValueError as err:  # pydantic's ValidationError: garbage written into the entry
+            self._unreadable(f"not a reply: {str(err).splitlines()[0]}")
+            return None
+
+    def _unreadable(self, detail: str) -> None:
+        self.unreadable += 1
+        self._say_once(
+            "read",
+            f"the response cache {self.path} has an unreadable entry ({detail}); it counts as a miss "
+            "and the model is asked (later ones are counted, not said)",
+        )
+
+    def _put(self, conn: sqlite3.Connection, key: str, model: str, blob: bytes) -> None:
+        try:
+            conn.execute(
+                "INSERT OR REPLACE INTO replies (key, model, created, response) VALUES (?, ?, ?, ?)",
+                (key, model, time.time(), blob),
+            )
+        except sqlite3.DatabaseError as err:  # the reply is the caller's either way: said, not raised
+            self.unwritten += 1
+            self._say_once(
+                "write",
+                f"cannot store a reply in the response cache {self.path} (SQLite: {err}); "
+                "the run goes on without caching it (later ones are counted, not said)",
+            )
+
+    def get(self, key: str) -> ModelResponse | None:
+        """The cached reply for ``key``, or None (missing, expired or unreadable: a miss)."""
+        return self._db.call(lambda conn: self._get(conn, key))
+
+    async def aget(self, key: str) -> ModelResponse | None:
+        """:meth:`get`, awaited on the cache's thread (the event loop goes on meanwhile)."""
+        return await self._db.acall(lambda conn: self._get(conn, key))
 
     def put(self, key: str, model: str, response: ModelResponse) -> None:
         """Store ``response`` under ``key`` (replacing an expired entry)."""
         blob = response.model_dump_json().encode()
-        with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO replies (key, model, created, response) VALUES (?, ?, ?, ?)",
-                (key, model, time.time(), blob),
-            )
+        self._db.call(lambda conn: self._put(conn, key, model, blob))
+
+    async def aput(self, key: str, model: str, response: ModelResponse) -> None:
+        """:meth:`put`, awaited on the cache's thread (the event loop goes on meanwhile).
+
+        Stored when it returns (another cache object or process sees it); a failure is said once
+        on stderr (``unwritten`` counts them), never raised: the reply is the caller's either way.
+        """
+        blob = response.model_dump_json().encode()
+        await self._db.acall(lambda conn: self._put(conn, key, model, blob))
 
     def stats(self) -> CacheStats:
         """Entries, bytes on disk, the oldest and newest entry, entries per model."""
-        with self._lock:
-            entries, oldest, newest = self._conn.execute(
-                "SELECT count(*), min(created), max(created) FROM replies"
-            ).fetchone()
-            models = dict(self._conn.execute("SELECT model, count(*) FROM replies GROUP BY model").fetchall())
+
+        def read(conn: sqlite3.Connection) -> tuple[Any, dict[str, int]]:
+            totals = conn.execute("SELECT count(*), min(created), max(created) FROM replies").fetchone()
+            return totals, dict(conn.execute("SELECT model, count(*) FROM replies GROUP BY model").fetchall())
+
+        (entries, oldest, newest), models = self._db.call(read)
         size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
         return CacheStats(self.path, entries, size, oldest, newest, models)
 
     def clear(self) -> int:
         """Remove every entry; returns how many there were."""
-        with self._lock:
-            removed = self._conn.execute("DELETE FROM replies").rowcount
-            self._conn.execute("VACUUM")
-        return int(removed)
+
+        def clear(conn: sqlite3.Connection) -> int:
+            removed = conn.execute("DELETE FROM replies").rowcount
+            conn.execute("VACUUM")
+            return int(removed)
+
+        return self._db.call(clear)
 
     def prune(self, older_than_s: float) -> int:
         """Remove entries older than ``older_than_s`` seconds; returns how many."""
-        with self._lock:
-            cur = self._conn.execute("DELETE FROM replies WHERE created < ?", (time.time() - older_than_s,))
-        return int(cur.rowcount)
+        cutoff = time.time() - older_than_s
+        return self._db.call(
+            lambda conn: int(conn.execute("DELETE FROM replies WHERE created < ?", (cutoff,)).rowcount)
+        )
 
 
 def open_cache(
@@ -332,7 +440,7 @@ class CachedModel(Model):
     async def request(self, request: ModelRequest) -> ModelResponse:
         """A cached reply (counted as ``usage.cached``), else the inner model's, then cached."""
         key = self.key(request)
-        hit = self.cache.get(key)
+        hit = await self.cache.aget(key)
         if hit is not None:
             self.cache.hits += 1
             note_cached_reply()
@@ -342,7 +450,7 @@ class CachedModel(Model):
         response = await self.inner.request(request)
         # A reply cut at max_tokens is not what the model would say: never served again.
         if response.finish_reason != "length" and all(s.finish_reason != "length" for s in response.samples):
-            self.cache.put(key, self.name, response)
+            await self.cache.aput(key, self.name, response)
         return response
 
 
@@ -378,8 +486,13 @@ def cache_scope(cache: str | Path | ResponseCache | bool | None) -> Iterator[Res
     if cache is None:
         yield current_cache()
         return
-    with use_cache(open_cache(cache)) as opened:
-        yield opened
+    opened = open_cache(cache)
+    try:
+        with use_cache(opened):
+            yield opened
+    finally:
+        if opened is not None and opened is not cache:  # opened here from a path: closed here
+            opened.close()
 
 
 def activate_cache(cache: ResponseCache | None) -> None:

@@ -1028,7 +1028,7 @@ def shared_gate(urls: Sequence[str], build: Callable[[], Gate]) -> Gate:
     """The running event loop's gate for the endpoints ``urls``, built by ``build`` the first time.
 
     Every model object that sends to the same endpoints (two ``openai:`` models served by one
-    vLLM, an SDK client and the lean one, several debaters on ``anthropic:``) shares one gate,
+    vLLM, an SDK client and the aiohttp one, several debaters on ``anthropic:``) shares one gate,
     so their requests count in one limit and one Retry-After pauses them all. One per event
     loop, as asyncio objects belong to one loop.
     """

@@ -26,15 +26,16 @@ import copy
 import functools
 import importlib.util
 import json
+import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import MissingDependencyError, ModelError, UsageError
+from ._grammar import check_path
 from .base import Model, ModelRequest, ModelResponse, Usage, check_allow_model_requests, split_spec_options
 
 __all__ = [
@@ -56,6 +57,8 @@ and the 135M model drifts into nonsense well before 0.7."""
 DEFAULT_MAX_TOKENS = 512
 """Used when a request leaves ``max_tokens`` unset, so a runaway generation stays bounded."""
 
+logger = logging.getLogger(__name__)
+
 #: (resolved path, n_ctx) -> (Llama, lock). One llama context per file per process: loading
 #: twice wastes memory, and the lock is per context because a context is not thread-safe.
 _LOADED: dict[tuple[str, int], tuple[Any, threading.Lock]] = {}
@@ -75,14 +78,10 @@ def _close_all() -> None:
             with lock:
                 llm.close()
         _LOADED.clear()
-    # llama-cpp-python opens two os.devnull handles at import and never closes them: a
-    # ResourceWarning at every interpreter exit. Nothing uses them once the contexts are closed
-    # (they serve only loading and chat-format set-up), so close them here.
-    utils = sys.modules.get("llama_cpp._utils")
-    for name in ("outnull_file", "errnull_file"):
-        handle = getattr(utils, name, None)
-        if handle is not None:
-            handle.close()
+    # llama-cpp-python also opens two os.devnull handles at import and never closes them. It has no
+    # public way to close them, so they are left to the interpreter's exit: with ResourceWarnings
+    # shown (python -X dev, -W default, pytest's filterwarnings = error) that is an "unclosed file
+    # ... /dev/null" ResourceWarning at exit, which changes no exit code; by default Python shows nothing.
 
 
 def bundled_model_path() -> Path:
@@ -124,16 +123,28 @@ def cpu_has_amx() -> bool:
         return False
 
 
-def _extra_buffers_default() -> bool:
-    env = os.environ.get("MOOT_LLAMA_EXTRA_BUFFERS", "").strip().lower()
-    if env in {"0", "false", "no", "off"}:
-        return False
-    if env in {"1", "true", "yes", "on"}:
-        return True
-    # A llama-cpp-python built with -march=native on an AMX CPU runs matmuls through AMX
-    # tiles, which segfaulted (ldtilecfg in ggml_backend_amx_mul_mat) in our Firecracker VMs.
-    # AMX lives in llama.cpp's "extra buffer types", so leave those off on AMX CPUs.
-    return not cpu_has_amx()
+def _warn_amx(llama_cpp: Any) -> None:
+    """One warning when this llama.cpp build runs AMX kernels on an AMX CPU (they crashed in VMs).
+
+    A llama-cpp-python built with -march=native on an AMX CPU runs matmuls through AMX tiles,
+    which segfaulted (ldtilecfg in ggml_backend_amx_mul_mat) in our Firecracker VMs. llama-cpp-python
+    has no public switch to leave them off at load time, so the build decides: the Makefile's
+    (GGML_NATIVE=OFF) has none. A crash cannot be caught; the warning says what to do first.
+    """
+    global _AMX_WARNED
+    if _AMX_WARNED or not cpu_has_amx():
+        return
+    _AMX_WARNED = True
+    if b"AMX" in llama_cpp.llama_print_system_info():
+        logger.warning(
+            "this llama-cpp-python build runs AMX kernels, which crashed (segfault) in VMs that do not "
+            "enable AMX; if loading the model crashes, rebuild it without them: "
+            "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX2=ON' pip install --no-cache-dir --force-reinstall "
+            "llama-cpp-python"
+        )
+
+
+_AMX_WARNED = False
 
 
 def _load(
@@ -141,7 +152,6 @@ def _load(
     n_ctx: int,
     n_threads: int,
     seed: int | None,
-    extra_buffers: bool,
     n_gpu_layers: int = 0,
     n_threads_batch: int | None = None,
 ) -> tuple[Any, threading.Lock]:
@@ -151,20 +161,9 @@ def _load(
         if entry is None:
             try:
                 import llama_cpp
-                import llama_cpp.llama_cpp as llama_lib
             except ImportError as err:
                 raise MissingDependencyError("llama-cpp-python", "local") from err
-            # Llama() takes no switch for extra buffer types, so wrap the defaults it reads.
-            # Patched only while loading, under _LOAD_LOCK, and restored at once.
-            original = llama_lib.llama_model_default_params
-
-            def default_params() -> Any:
-                params = original()
-                if hasattr(params, "use_extra_bufts"):
-                    params.use_extra_bufts = extra_buffers
-                return params
-
-            llama_lib.llama_model_default_params = default_params
+            _warn_amx(llama_cpp)
             try:
                 llm = llama_cpp.Llama(
                     model_path=str(path),
@@ -177,8 +176,6 @@ def _load(
                 )
             except Exception as err:  # noqa: BLE001 - llama.cpp reports a bad file as ValueError/RuntimeError
                 raise UsageError(f"could not load {path}: {err}") from err
-            finally:
-                llama_lib.llama_model_default_params = original
             entry = _LOADED[key] = (llm, threading.Lock())
         return entry
 
@@ -286,8 +283,8 @@ class LocalModel(Model):
     """A GGUF model run in this process with ``llama_cpp.Llama``.
 
     The model loads on first use, once per file and ``n_ctx`` per process, and
-    instances for the same file share it (load-time settings, i.e. ``n_threads``, ``n_threads_batch``,
-    ``extra_buffers`` and the initial seed, come from the instance that loads it).
+    instances for the same file share it (load-time settings, i.e. ``n_threads``, ``n_threads_batch``
+    and the initial seed, come from the instance that loads it).
 
     Calls run in a worker thread (``asyncio.to_thread``) so the event loop stays
     free, one at a time per loaded model: a llama context is not thread-safe,
@@ -318,8 +315,6 @@ class LocalModel(Model):
             items/s against 1.3 with one thread). A process that shares the machine with other
             model processes (a Ray worker given one CPU) should set it to its share: the second
             thread takes CPU from the neighbour's decoding.
-        extra_buffers: use llama.cpp's extra buffer types (weight repacking, AMX);
-            default ``$MOOT_LLAMA_EXTRA_BUFFERS``, else on unless the CPU has AMX.
         n_gpu_layers: layers offloaded to the GPU (a llama-cpp-python built with GPU
             support; -1 offloads all); 0 runs on the CPU.
         name: the model spec; default ``local`` for the bundled model and
@@ -343,7 +338,6 @@ class LocalModel(Model):
         max_tokens: int = DEFAULT_MAX_TOKENS,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
-        extra_buffers: bool | None = None,
         n_gpu_layers: int = 0,
         name: str | None = None,
     ) -> None:
@@ -368,8 +362,16 @@ class LocalModel(Model):
         decode, read = default_threads(os.cpu_count() or 1)
         self.n_threads = n_threads or _env_threads("MOOT_LLAMA_THREADS") or decode
         self.n_threads_batch = n_threads_batch or _env_threads("MOOT_LLAMA_BATCH_THREADS") or read
-        self.extra_buffers = _extra_buffers_default() if extra_buffers is None else extra_buffers
         self.n_gpu_layers = n_gpu_layers
+
+    spec_options: ClassVar[tuple[str, ...]] = (
+        "n_gpu_layers",
+        "n_threads",
+        "n_threads_batch",
+        "n_ctx",
+        "seed",
+    )
+    """The ``?key=value`` options a ``local`` spec accepts (any other is a usage error)."""
 
     @classmethod
     def from_spec(cls, rest: str) -> LocalModel:
@@ -378,9 +380,8 @@ class LocalModel(Model):
         Raises:
             UsageError: an unknown or malformed option (see the module docstring).
         """
-        path, options = split_spec_options(
-            rest, ("n_gpu_layers", "n_threads", "n_threads_batch", "n_ctx", "seed")
-        )
+        path, options = split_spec_options(rest, cls.spec_options)
+        check_path("local", path)
         minimum = {"n_gpu_layers": -1, "n_threads": 1, "n_threads_batch": 1, "n_ctx": 16, "seed": 0}
         kwargs: dict[str, Any] = {}
         for key, raw in options.items():
@@ -405,7 +406,6 @@ class LocalModel(Model):
             self.n_ctx,
             self.n_threads,
             self.seed,
-            self.extra_buffers,
             self.n_gpu_layers,
             self.n_threads_batch,
         )

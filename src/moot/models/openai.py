@@ -13,16 +13,17 @@ has a *structured mode* (``json_schema``, ``json_object`` or ``prompt``; see
 not support the mode; transient errors are retried in the same mode and leave
 no trace.
 
-HTTP stacks (``http=`` or ``MOOT_OPENAI_HTTP``):
+HTTP stacks (``http=`` or ``MOOT_OPENAI_HTTP``; ``docs/http.md``):
 
 ================  ==========================================================================
-``lean``          the default: moot's own thin client (:mod:`moot.models._http`, HTTP/1.1
-                  on asyncio's protocol layer + orjson), ~0.05 ms of client CPU a request
-                  where aiohttp costs ~0.2 ms and the SDK 2-5 ms (``bench/http_clients.py``,
-                  ``bench/throughput.py``); no proxies (use ``sdk`` behind one)
+``aiohttp``       the default: one aiohttp session per event loop (:mod:`moot.models.transport`)
+                  + orjson; proxies from ``HTTP(S)_PROXY`` / ``NO_PROXY``, redirects,
+                  ``SSL_CERT_FILE``, Happy Eyeballs, a bound on the decoded body
+                  (``lean``, its name before, is taken as ``aiohttp``)
 ``sdk``           the ``openai`` SDK over its default HTTP stack, for what only the SDK does
-                  (Azure auth, organisation and project headers, a custom ``http_client``)
-``sdk-aiohttp``   the SDK over its aiohttp stack (``DefaultAioHttpClient``)
+                  (Azure auth, organisation and project headers, a custom ``http_client``);
+                  needs ``pip install 'moot[openai]'``
+``sdk-aiohttp``   the SDK over its aiohttp stack (``DefaultAioHttpClient``; ``moot[aiohttp]``)
 ================  ==========================================================================
 
 Both speak the same wire format and share everything above the socket: the
@@ -43,9 +44,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import Any, Literal, cast, get_args
-from urllib.parse import urlsplit
+import re
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import Any, ClassVar, Literal, cast, get_args
 
 import orjson
 
@@ -61,7 +62,9 @@ from ..errors import (
     never_sent,
     redact,
 )
-from ._http import LeanTransport, RawResponse, TransportError, json_headers, parse_retry_after
+from ..redact import text as redact_text
+from ..redact import url as redact_url
+from ._grammar import check_model_name
 from ._sdk import SDKModel
 from .base import (
     ModelRequest,
@@ -77,6 +80,14 @@ from .limits import Gate
 from .replicas import ReplicaPool, split_endpoints
 from .sampling import NSampler
 from .structured_mode import ModeSelector, StructuredMode, response_format
+from .transport import (
+    RawResponse,
+    ResponseTooLarge,
+    Transport,
+    TransportError,
+    json_headers,
+    parse_retry_after,
+)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -90,7 +101,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-HttpBackend = Literal["lean", "sdk", "sdk-aiohttp"]
+HttpBackend = Literal["aiohttp", "sdk", "sdk-aiohttp"]
 """The HTTP stack of an instance; see the module docstring."""
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -98,6 +109,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 """Model used for a bare ``openai`` / ``openai:`` spec."""
 _PLACEHOLDER_KEY = "not-needed"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_BODY = 2000
 
 
@@ -109,33 +121,6 @@ def _status_body(err: Any) -> str:
         body = getattr(err, "body", None)
         text = json.dumps(body) if body is not None else str(err)
     return text
-
-
-def _say_proxy_unused(name: str, endpoints: Sequence[str]) -> None:
-    """Warn (once per model) when a proxy variable applies to an endpoint: the lean stack connects directly.
-
-    Only the variable's name is said, never its value (a proxy URL may hold a password).
-    """
-    if not any(k.lower() in ("http_proxy", "https_proxy", "all_proxy") and v for k, v in os.environ.items()):
-        return
-    import urllib.request
-
-    proxies = urllib.request.getproxies_environment()
-    for endpoint in endpoints:
-        parts = urlsplit(endpoint)
-        scheme = parts.scheme.lower()
-        variable = f"{scheme}_proxy" if scheme in proxies else "all_proxy" if "all" in proxies else None
-        if variable is None or urllib.request.proxy_bypass(parts.hostname or ""):
-            continue
-        logger.warning(
-            "%s: %s is set, but the lean HTTP client connects to %s directly (it uses no proxy); "
-            "MOOT_OPENAI_HTTP=sdk goes through the proxy, NO_PROXY=%s silences this",
-            name,
-            variable.upper(),
-            parts.netloc.rpartition("@")[2],
-            parts.hostname,
-        )
-        return
 
 
 def http_error(
@@ -184,7 +169,7 @@ def map_openai_error(err: Exception, model: str, secrets: Iterable[str | None] =
 class OpenAIModel(SDKModel):
     """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    The default HTTP stack is the lean one (module docstring): a pool of
+    The default HTTP stack is aiohttp (module docstring): one session of
     keep-alive connections per event loop. With ``http="sdk"`` one
     ``openai.AsyncOpenAI`` client is created per event loop instead (pools are
     bound to the loop that opened them, and ``run_sync`` uses a fresh loop per
@@ -195,15 +180,15 @@ class OpenAIModel(SDKModel):
         model: the model name sent to the server.
         base_url: endpoint; default ``$OPENAI_BASE_URL`` or OpenAI's. A comma-separated
             list (or a list) names replicas of one model, routed by :mod:`moot.models.replicas`
-            (lean stack only).
+            (aiohttp stack only).
         api_key: key; default ``$OPENAI_API_KEY``. Required only for OpenAI's
             own endpoint; other endpoints get a placeholder.
         structured_mode: ``json_schema``, ``json_object`` or ``prompt``; default
             ``$MOOT_OPENAI_STRUCTURED_MODE``, else ``json_schema``, lowered on proof.
         http_client: an ``httpx.AsyncClient`` / ``httpx2.AsyncClient`` for the SDK
             (implies ``http="sdk"``); moot never closes it.
-        http: ``lean`` (default), ``sdk`` or ``sdk-aiohttp``; default
-            ``$MOOT_OPENAI_HTTP``, else ``lean``.
+        http: ``aiohttp`` (default), ``sdk`` or ``sdk-aiohttp``; default
+            ``$MOOT_OPENAI_HTTP``, else ``aiohttp``.
         max_concurrency: cap of each endpoint's adaptive concurrency limit (None: the limit
             adapts up to :data:`~moot.models.limits.DEFAULT_CAP`; :mod:`moot.models.limits`).
         timeout: seconds one whole request may take; default ``$MOOT_REQUEST_TIMEOUT``, else 60
@@ -215,7 +200,7 @@ class OpenAIModel(SDKModel):
             (or, for ``sdk-aiohttp``, the SDK's aiohttp support) is not installed.
         MissingCredentialsError: OpenAI's endpoint and no key.
         UsageError: an unknown structured mode or HTTP stack, or ``http_client``
-            with the lean stack.
+            with the aiohttp stack.
     """
 
     sdk_client = ("openai", "AsyncOpenAI")
@@ -250,30 +235,31 @@ class OpenAIModel(SDKModel):
         self.modes = ModeSelector(
             structured_mode or os.environ.get("MOOT_OPENAI_STRUCTURED_MODE") or None,
             f"{self.name} at {', '.join(self.endpoints)}",
+            # Remembered across processes per endpoint and model (credentials in a URL masked).
+            key=f"{redact_url(','.join(self.endpoints))} {self.model}",
         )
         """The endpoint's structured mode; lowered only on proof (:mod:`moot.models.structured_mode`)."""
         self.sampler = NSampler(self.name)
         """Sends ``n > 1`` requests; knows whether the server samples n at once (:mod:`.sampling`)."""
         self.http: HttpBackend = _http_stack(http, http_client)
         """The HTTP stack of this instance; see the module docstring."""
-        if len(self.endpoints) > 1 and self.http != "lean":
-            raise UsageError(f"several endpoints need the lean HTTP stack, not http={self.http!r}")
-        self._transport = LeanTransport(json_headers(key), timeout=self.timeout)
-        if self.http == "lean":
-            _say_proxy_unused(self.name, self.endpoints)
+        if len(self.endpoints) > 1 and self.http != "aiohttp":
+            raise UsageError(f"several endpoints need the aiohttp HTTP stack, not http={self.http!r}")
+        # No key configured: an entry for the endpoint's host in ~/.netrc supplies the credentials.
+        self._transport = Transport(json_headers(key), timeout=self.timeout, netrc=key == _PLACEHOLDER_KEY)
         self.pool = ReplicaPool(
             self.endpoints,
             "/chat/completions",
             max_per_replica=max_per_endpoint,
             window=min(10.0, self.timeout),
         )
-        """Routes the lean stack's requests over :attr:`endpoints`, one adaptive limit each."""
+        """Routes the aiohttp stack's requests over :attr:`endpoints`, one adaptive limit each."""
         self._pool_cap = max_concurrency
         self.pool.set_cap(max_concurrency)
 
     def gate(self) -> Gate | None:
-        """None on the lean stack: its pool gates (and times) each endpoint's requests itself."""
-        if self.http != "lean":
+        """None on the aiohttp stack: its pool gates (and times) each endpoint's requests itself."""
+        if self.http != "aiohttp":
             return super().gate()
         want = effective_cap(self)
         if want != self._pool_cap:  # a cap set after construction (--model-concurrency)
@@ -283,13 +269,13 @@ class OpenAIModel(SDKModel):
 
     def endpoint_stats(self) -> list[dict[str, object]]:
         """Per endpoint: requests in flight, limit and its range, 429s, time-outs, circuit."""
-        if self.http != "lean":
+        if self.http != "aiohttp":
             return super().endpoint_stats()
         return self.pool.gate.snapshot()
 
     def pause_left(self) -> float:
         """Seconds until an endpoint takes requests again after a Retry-After (0: one does now)."""
-        if self.http != "lean":
+        if self.http != "aiohttp":
             return super().pause_left()
         return self.pool.gate.pause_left()
 
@@ -301,33 +287,52 @@ class OpenAIModel(SDKModel):
 
         return openai.DefaultAioHttpClient(timeout=self.timeout)
 
+    spec_options: ClassVar[tuple[str, ...]] = (
+        "timeout",
+        "base_url",
+        "endpoints",
+        "max_concurrency",
+        "max_per_endpoint",
+        "api_key_env",
+        "structured_mode",
+    )
+    """The ``?key=value`` options an ``openai:`` spec accepts (any other is a usage error)."""
+
     @classmethod
     def from_spec(cls, rest: str) -> OpenAIModel:
-        """Build from the part of the spec after ``openai:``: ``MODEL`` and options.
+        """Build from the part of the spec after ``openai:``: ``MODEL``, replicas and options.
 
-        Options: ``timeout`` (seconds per request), ``base_url`` (or ``endpoints``: a
-        comma-separated list of replicas), ``max_concurrency`` (cap of each endpoint's
-        adaptive limit), ``max_per_endpoint`` (the same), ``api_key_env`` (the
+        ``MODEL@URL1,URL2`` names the endpoints (replicas) as ``?endpoints=URL1,URL2`` does.
+        Options (:attr:`spec_options`): ``timeout`` (seconds per request), ``base_url`` (or
+        ``endpoints``: a comma-separated list of replicas), ``max_concurrency`` (cap of each
+        endpoint's adaptive limit), ``max_per_endpoint`` (the same), ``api_key_env`` (the
         variable holding the key) and ``structured_mode``, e.g.
         ``openai:llama3?base_url=http://gpu-box:8000/v1&api_key_env=GPU_BOX_KEY`` or
-        ``openai:llama3?endpoints=http://gpu-1:8000/v1,http://gpu-2:8000/v1&max_per_endpoint=32``.
+        ``openai:llama3@http://gpu-1:8000/v1,http://gpu-2:8000/v1?max_per_endpoint=32``.
+        Every part is read strictly (:mod:`moot.models._grammar`).
 
         Raises:
-            UsageError: an unknown option, a bad timeout, cap or structured mode.
+            UsageError: a part of the spec moot does not read (an unknown option, a model name
+                with a URL or whitespace in it, an endpoint that is not an http(s) URL...), a
+                bad timeout, cap or structured mode.
             MissingCredentialsError: ``api_key_env`` names an unset variable.
         """
-        allowed = (
-            "timeout",
-            "base_url",
-            "endpoints",
-            "max_concurrency",
-            "max_per_endpoint",
-            "api_key_env",
-            "structured_mode",
-        )
-        name, options = split_spec_options(rest, allowed)
-        if "base_url" in options and "endpoints" in options:
-            raise UsageError("give base_url or endpoints, not both")
+        name, options = split_spec_options(rest, cls.spec_options)
+        name, at, replicas = name.partition("@")
+        given = [f"?{k}=" for k in ("base_url", "endpoints") if k in options] + (["@URL"] if at else [])
+        if len(given) > 1:
+            raise UsageError(f"give the endpoint(s) once: {' or '.join(given)}, not both")
+        if at:
+            if not name:
+                raise UsageError("no model name before '@' (the replica form is openai:MODEL@URL[,URL...])")
+            if not replicas:
+                raise UsageError(f"no endpoint after 'openai:{name}@' (give openai:MODEL@URL[,URL...])")
+            options["endpoints"] = replicas  # checked URL by URL (split_endpoints)
+        if "," in options.get("endpoints", "") and "" in options["endpoints"].split(","):
+            raise UsageError(f"an empty endpoint in {redact_text(options['endpoints'])!r} (a stray ',')")
+        check_model_name("openai", name, replicas=True)
+        if "api_key_env" in options and not _ENV_NAME.fullmatch(options["api_key_env"]):
+            raise UsageError(f"api_key_env must name an environment variable, got {options['api_key_env']!r}")
         cap = spec_cap(options, "max_per_endpoint")
         api_key = None
         if "api_key_env" in options:
@@ -398,23 +403,25 @@ class OpenAIModel(SDKModel):
 
     async def _send(self, request: ModelRequest, mode: StructuredMode | None) -> ModelResponse:
         body = self._body(request, mode)
-        if self.http != "lean":
+        if self.http != "aiohttp":
             return await self._send_sdk(body)
-        # POST over the lean transport; no response at all becomes a ModelConnectionError.
+        # POST over aiohttp; no response at all becomes a ModelConnectionError.
         try:
             payload = orjson.dumps(body)
             # What a token-per-minute limit counts: the prompt (about 4 bytes a token) and max_tokens.
             tokens = len(payload) / 4 + (request.max_tokens or 0) * max(1, request.n)
             raw = await self.pool.post(self._transport, payload, tokens)
+        except ResponseTooLarge as err:  # the same request would get the same body: not retried
+            raise ModelError(redact(f"{self.name}: {err}", (self._api_key,)), model=self.name) from err
         except TransportError as err:
             if err.timeout and not err.connect:
                 raise ModelTimeoutError(self.timeout, model=self.name) from err
             message = redact(f"{self.name}: {err}", (self._api_key,))
             raise ModelConnectionError(message, model=self.name, sent=not err.connect) from err
-        return self._lean_response(raw)
+        return self._decode(raw)
 
-    def _lean_response(self, raw: RawResponse) -> ModelResponse:
-        """Decode a lean-transport response, reading only the fields moot uses."""
+    def _decode(self, raw: RawResponse) -> ModelResponse:
+        """Decode an aiohttp-stack response, reading only the fields moot uses."""
         if raw.status >= 400:
             body = raw.body.decode("utf-8", "replace")
             raise http_error(raw.status, body, raw.headers, self.name, (self._api_key,))
@@ -487,7 +494,7 @@ class OpenAIModel(SDKModel):
         )
 
     async def aclose(self) -> None:
-        """Close the running loop's connections (the SDK client's, the lean session's)."""
+        """Close the running loop's connections (the SDK client's, the aiohttp session's)."""
         await super().aclose()
         await self._transport.aclose()
 
@@ -500,15 +507,19 @@ def _http_stack(http: str | None, http_client: Any) -> HttpBackend:
     """The HTTP stack asked for, checked: the SDK path needs the SDK (and its aiohttp extra)."""
     if http_client is not None and http not in (None, "sdk"):
         raise UsageError("http_client= is the SDK's HTTP client: use it with http='sdk' (or no http=)")
-    stack = "sdk" if http_client is not None else (http or os.environ.get("MOOT_OPENAI_HTTP") or "lean")
+    stack = "sdk" if http_client is not None else (http or os.environ.get("MOOT_OPENAI_HTTP") or "aiohttp")
+    if stack == "lean":  # the default stack's name while it was moot's own client
+        stack = "aiohttp"
     if stack not in get_args(HttpBackend):
         choices = ", ".join(get_args(HttpBackend))
         raise UsageError(f"unknown HTTP stack {stack!r}; choose one of {choices}")
-    if stack != "lean":
+    if stack != "aiohttp":
         try:
             import openai
         except ImportError as err:
-            raise MissingDependencyError("openai", "openai", f"needed for http={stack!r}") from err
+            raise MissingDependencyError(
+                "the openai SDK", "openai", f"needed for http={stack!r}; the default http=aiohttp needs none"
+            ) from err
         if stack == "sdk-aiohttp" and not hasattr(openai, "DefaultAioHttpClient"):
             raise MissingDependencyError(
                 "a newer openai", "aiohttp", f"openai {openai.__version__} has no DefaultAioHttpClient"

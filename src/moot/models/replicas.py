@@ -33,7 +33,6 @@ a re-send after a refused connection is not (nothing reached that server).
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -42,9 +41,10 @@ from dataclasses import dataclass
 import moot.redact as redact
 
 from ..errors import UsageError
-from ._http import LeanTransport, RawResponse, TransportError, parse_retry_after
-from .base import _CURRENT_STATS, note_extra_request
+from ._grammar import check_endpoint
+from .base import _CURRENT_STATS, note_extra_request, note_not_sent
 from .limits import DEFAULT_CAP, Announced, Endpoint, Gate, Outcome, Ticket, announced_limits, shared_gate
+from .transport import RawResponse, ResponseTooLarge, Transport, TransportError, parse_retry_after
 
 __all__ = ["Replica", "ReplicaPool", "split_endpoints"]
 
@@ -53,29 +53,25 @@ def split_endpoints(value: str | Sequence[str]) -> list[str]:
     """``"http://a/v1, http://b/v1/"`` (or a list) -> ``["http://a/v1", "http://b/v1"]``.
 
     A query (``.../v1?api-version=X``) stays with its endpoint; requests keep it after the path.
+    Each endpoint is checked (:func:`moot.models._grammar.check_endpoint`) before anything is sent.
+
+    Spaces around the commas and an empty entry (``$OPENAI_BASE_URL`` ending in ``,``) are
+    dropped; a spec's own list is read more strictly (:meth:`~moot.models.openai.OpenAIModel.from_spec`).
 
     Raises:
-        UsageError: no endpoint at all, the same endpoint twice, or a user name and password in
-            one (``http://user:pass@host``): the key goes in a bearer header, which the HTTP
-            client cannot combine with credentials in the URL.
+        UsageError: no endpoint at all, the same endpoint twice, or one that is not an
+            ``http(s)`` URL with a host (a user name and password in one, ``http://user:pass@host``,
+            included: the key goes in a bearer header, which the HTTP client cannot combine
+            with credentials in the URL).
     """
     parts = value.split(",") if isinstance(value, str) else list(value)
-    urls = [_strip_slash(p.strip()) for p in parts if p.strip()]
+    urls = [_strip_slash(check_endpoint(p.strip())) for p in parts if p.strip()]
     if not urls:
         raise UsageError("no endpoint given (an empty base URL list)")
     dupes = sorted({redact.url(u) for u in urls if urls.count(u) > 1})
     if dupes:
         raise UsageError(f"endpoint listed twice: {', '.join(dupes)}")
-    for url in urls:
-        if _USERINFO.match(url):
-            raise UsageError(
-                f"endpoint {redact.url(url)} holds a user name and password: moot sends the API key as a "
-                "bearer token (OPENAI_API_KEY, or api_key_env=VAR in the spec); drop them from the URL"
-            )
     return urls
-
-
-_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")
 
 
 def _strip_slash(url: str) -> str:
@@ -222,7 +218,7 @@ class ReplicaPool:
             stats.queue_s += time.perf_counter() - waited
         return ticket
 
-    async def post(self, transport: LeanTransport, body: bytes, tokens: float = 0.0) -> RawResponse:
+    async def post(self, transport: Transport, body: bytes, tokens: float = 0.0) -> RawResponse:
         """POST ``body`` to the endpoint with room, moving on to another when one refuses or drops.
 
         ``tokens``: about how many tokens the request asks for (prompt and ``max_tokens``),
@@ -231,6 +227,8 @@ class ReplicaPool:
         Raises:
             TransportError: every replica refused or dropped this request (``connect``
                 is True when none of them received it), or a replica timed out.
+            ResponseTooLarge: a replica answered with a body past the transport's bound
+                (an answer, not a refusal: not sent elsewhere).
             EndpointDown: every endpoint's circuit is open.
         """
         gate = self._loop_gate()
@@ -245,7 +243,14 @@ class ReplicaPool:
                 raise TransportError(f"all {n} endpoint(s) failed; last: {last}", connect=not reached)
             exclude = self._exclude(tried)
             # Room at once (the usual case) needs no coroutine of its own.
-            ticket = gate.try_acquire(exclude, tokens) or await self._take(gate, exclude, tokens)
+            ticket = gate.try_acquire(exclude, tokens)
+            if ticket is None:
+                try:
+                    ticket = await self._take(gate, exclude, tokens)
+                except asyncio.CancelledError:
+                    if not resend_counts:  # the attempt counted for this request: nothing was sent
+                        note_not_sent()
+                    raise
             replica = self._by_endpoint[ticket.endpoint]
             if resend_counts:
                 note_extra_request()
@@ -259,6 +264,9 @@ class ReplicaPool:
                     outcome, retry_after = Outcome.THROTTLE, parse_retry_after(raw.headers)
                 else:
                     outcome = Outcome.ERROR if raw.status >= 400 else Outcome.ANSWER
+            except ResponseTooLarge:
+                outcome = Outcome.ERROR  # it answered: alive, and another replica would answer the same
+                raise
             except TransportError as err:
                 if err.timeout and not err.connect:
                     outcome = Outcome.TIMEOUT

@@ -91,7 +91,7 @@ async def call_model(
     cannot hold a call for minutes); an attempt that runs out raises
     :class:`~moot.errors.ModelTimeoutError`, which is retried like a dropped connection.
     Time spent waiting for the gate is not part of it. A model that gates its own
-    endpoints (``model.gate()`` is None, the ``openai:`` lean stack) bounds each of
+    endpoints (``model.gate()`` is None, the ``openai:`` aiohttp stack) bounds each of
     its requests itself.
 
     Args:

@@ -420,15 +420,21 @@ class ReplayModel(Model):
         return cls(turns, **kwargs)
 
     @classmethod
-    def from_run(cls, store: RunStore, run_id: str, **kwargs: Any) -> ReplayModel:
+    def from_run(
+        cls, store: RunStore, run_id: str, *, trust_edited: bool = False, **kwargs: Any
+    ) -> ReplayModel:
         """From a run in a run store (its id or a unique prefix): a debate, or an ABSA run.
 
-        An ABSA batch is replayed by sentence id (see :meth:`from_absa`).
+        An ABSA batch is replayed by sentence id (see :meth:`from_absa`). The record is checked
+        first (:meth:`~moot.runs.RunStore.replayable`): one edited after it was recorded is
+        refused unless ``trust_edited``; one recorded before moot kept digests is replayed with a
+        warning on stderr that it cannot be checked.
 
         Raises:
-            UsageError: no such run, or the run is not a finished debate or ABSA run.
+            UsageError: no such run, the run is not a finished debate or ABSA run, or its record
+                is damaged or was edited (and ``trust_edited`` is False).
         """
-        record = store.get(store.resolve_id(run_id))
+        record = store.replayable(run_id, trust_edited=trust_edited)
         if record.kind == "absa" and record.config.get("batch"):
             units = sorted(store.iter_items(record.id), key=lambda i: int(i.data.get("index", 0)))
             if not units:

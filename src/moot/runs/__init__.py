@@ -21,6 +21,7 @@ from .recording import Recording, model_info, open_store, prompts_hash, recordin
 from .store import (
     DEFAULT_STORE,
     SCHEMA_VERSION,
+    DamagedRecord,
     RunRecord,
     RunStatus,
     RunStore,
@@ -31,6 +32,7 @@ from .store import (
 
 __all__ = [
     "DEFAULT_STORE",
+    "DamagedRecord",
     "SCHEMA_VERSION",
     "Recording",
     "RunRecord",

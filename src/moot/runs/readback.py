@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .store import RunRecord, RunStore
+from .store import DamagedRecord, RunRecord, RunStore
 
 __all__ = ["Reader", "load_result", "register_reader"]
 
@@ -30,7 +30,12 @@ def load_result(store: RunStore, run_id: str) -> Any:
 
     None when the run recorded no result (interrupted before the end: read its events and items
     instead); its JSON for a kind without a reader.
+
+    Raises:
+        DamagedRecord: the run's row cannot be read (a field that is not JSON), naming it.
     """
     record = store.get(run_id)
+    if record.damage is not None:
+        raise DamagedRecord(record.damage)
     reader = _readers.get(record.kind)
     return reader(store, record) if reader is not None else record.result

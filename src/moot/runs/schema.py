@@ -14,9 +14,13 @@ from pydantic import BaseModel, Field
 
 from ..models.base import Usage
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "RunRecord", "RunStatus", "StoredEvent", "StoredItem"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Integrity", "RunRecord", "RunStatus", "StoredEvent", "StoredItem"]
 
 RunStatus = Literal["running", "complete", "fell_back", "skipped", "failed", "interrupted"]
+
+Integrity = Literal["intact", "edited", "unsealed"]
+"""Whether a stored record is what was written: ``intact`` (its digests match), ``edited`` (some
+part changed after it was written), ``unsealed`` (written before moot kept digests: cannot be told)."""
 
 _TOKENIZER = "unicode61 remove_diacritics 2"
 _INDEX_NEW = (
@@ -205,6 +209,14 @@ MIGRATIONS: dict[int, list[str]] = {
     # items for every insert grew with the run (55 us an insert at 1,000 items, ~2.7 s over a
     # 10,000-unit bench), and a replaced item could repeat a number.
     8: ["CREATE INDEX items_seq ON items (run_id, seq)"],
+    # v9: a record says when it was edited after it was written. Each run's config and result, and
+    # each item's data, keep the SHA-256 of their stored text; a replay (``--from``, ``--replay``)
+    # checks them and refuses a record that changed. Rows written before have none (unchecked).
+    9: [
+        "ALTER TABLE runs ADD COLUMN config_sha256 TEXT",
+        "ALTER TABLE runs ADD COLUMN result_sha256 TEXT",
+        "ALTER TABLE items ADD COLUMN data_sha256 TEXT",
+    ],
 }
 """Schema version -> the statements that bring version ``n - 1`` to ``n``."""
 
@@ -248,6 +260,15 @@ class RunRecord(BaseModel):
     """The result as JSON data (loaded only by :meth:`RunStore.get`)."""
     error: str | None = None
     """Why it failed or was interrupted."""
+    damage: str | None = None
+    """What of the stored row cannot be read (a field that is not JSON), or None: such a run is
+    listed (its unreadable fields empty) but not shown, exported or replayed."""
+    integrity: Integrity | None = Field(default=None, exclude=True)
+    """Whether the config and result are what was recorded (read by :meth:`RunStore.get`; None in
+    lists, which read no result). Not in the record's JSON, so that a list's rows and a shown run
+    agree; ``moot runs show`` prints it, and a replay checks it."""
+    edited: list[str] = Field(default_factory=list, exclude=True)
+    """The parts that changed after they were recorded (``config``, ``result``), when ``edited``."""
 
     @property
     def wall_s(self) -> float | None:
@@ -273,3 +294,5 @@ class StoredItem(BaseModel):
     time: float
     correct: bool | None = None
     data: dict[str, Any]
+    integrity: Integrity = "unsealed"
+    """Whether ``data`` is what was recorded (see :data:`Integrity`)."""

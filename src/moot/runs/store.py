@@ -16,13 +16,23 @@ older file in place, in one transaction; both in :mod:`moot.runs.schema`):
   evaluation sentences; ``(item, part)`` is unique within a run.
 
 Writers that record as they go (the CLI) open the store with ``background=True``:
-writes made inside a running event loop gather for 10 ms and are then committed
-by a callback on that loop in one transaction, so a burst of events (200
-debates finishing a round together) costs one commit, not hundreds. There is no
-writer thread: on a busy 2-core machine a second thread taking the GIL stalls
-the event loop more than the commits do. Every read method, :meth:`RunStore.flush`
-and :meth:`RunStore.close` commit what is pending first; outside an event loop
-writes are committed at once.
+writes made inside a running event loop gather for 10 ms and are then handed, in
+order, to the store's writer thread (one connection of its own), which commits each
+batch in one transaction. A burst of events (200 debates finishing a round together)
+costs one commit, not hundreds, and the event loop never waits for SQLite (a commit,
+another process's lock). Every read method, :meth:`RunStore.flush` and
+:meth:`RunStore.close` wait until what was written before them is committed; outside
+an event loop writes are committed at once.
+
+Two processes creating or upgrading the same new store at once both succeed: each
+step of the open is tried again while the other holds the file (see
+:func:`moot.models._sqlite.retry_locked`).
+
+A record says when it was edited: each run's config and result, and each item's data,
+keep the SHA-256 of their stored text (schema 9); :meth:`RunStore.get` compares them
+(:attr:`RunRecord.integrity`). A field that is not JSON (a row damaged by hand or by a
+tool) is read as empty and named in :attr:`RunRecord.damage`: the run is still listed,
+and showing or replaying it raises :class:`DamagedRecord`.
 
 Credentials never land in the file: every text written passes :func:`moot.redact.text`
 (URL user-info and ``api_key``-like query parameters become ``***``), and every text read
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import hashlib
 import json
 import os
 import re
@@ -43,6 +54,7 @@ import socket
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -51,11 +63,14 @@ import moot.redact as redact
 
 from .._ids import new_id
 from ..errors import UsageError
+from ..models._sqlite import BUSY_TIMEOUT_S, DbThread, retry_locked, set_wal
 from ..models.base import Usage
-from .schema import MIGRATIONS, SCHEMA_VERSION, RunRecord, RunStatus, StoredEvent, StoredItem
+from .integrity import check_record
+from .schema import MIGRATIONS, SCHEMA_VERSION, Integrity, RunRecord, RunStatus, StoredEvent, StoredItem
 
 __all__ = [
     "DEFAULT_STORE",
+    "DamagedRecord",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "RunRecord",
@@ -110,6 +125,51 @@ def _alive(host: str, pid: int) -> bool:
     return True
 
 
+class DamagedRecord(UsageError):
+    """A stored run, event or item that cannot be read (a field that is not JSON); the message names it."""
+
+
+def _digest(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _check(parts: Sequence[tuple[str, str | None, str | None]]) -> tuple[Integrity, builtins.list[str]]:
+    """``(integrity, edited parts)`` of ``(name, stored text, stored digest)`` parts."""
+    edited = [name for name, text, digest in parts if digest is not None and _digest(text) != digest]
+    if edited:
+        return "edited", edited
+    if any(digest is None and text is not None for _, text, digest in parts):
+        return "unsealed", []
+    return "intact", []
+
+
+def _load(text: str | None, what: str, default: Any, damage: builtins.list[str]) -> Any:
+    """``text`` as JSON (redacted), or ``default`` with ``what`` added to ``damage``."""
+    if text is None:
+        return default
+    try:
+        return json.loads(redact.text(text))
+    except (ValueError, TypeError) as exc:
+        damage.append(f"its {what} is not JSON ({exc})")
+        return default
+
+
+def _row_data(run_id: str, what: str, text: str) -> dict[str, Any]:
+    """An event's or item's data.
+
+    Raises:
+        DamagedRecord: it is not a JSON object (naming the run and the row).
+    """
+    damage: builtins.list[str] = []
+    data = _load(text, "data", None, damage)
+    if not damage and not isinstance(data, dict):
+        damage.append("its data is not a JSON object")
+    if damage:
+        raise DamagedRecord(f"run {run_id[:8]} is damaged: {what}: {'; '.join(damage)}")
+    assert isinstance(data, dict)
+    return data
+
+
 def _damaged(path: Path, detail: str) -> str:
     return (
         f"{path} is a damaged run store (SQLite: {detail}); move it aside (moot starts a new one there) "
@@ -143,18 +203,20 @@ class RunStore:
         self._found: tuple[tuple[Any, ...], str] | None = None
         try:
             self._db = sqlite3.connect(
-                str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
+                str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
-            self._db.execute("PRAGMA busy_timeout = 30000")
-            self._check_file()  # before anything writes: a file that is not ours is left as it was
+            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            # Each step is tried again while another process creating the same file holds it.
+            retry_locked(self._check_file)  # before anything writes: a file not ours is left as it was
             self._db.execute("PRAGMA foreign_keys = ON")
             if not must_exist:
-                self._db.execute("PRAGMA journal_mode = WAL")
-                self._db.execute("PRAGMA synchronous = NORMAL")
-            self._migrate(must_exist)
+                set_wal(self._db, synchronous="NORMAL")
+            retry_locked(lambda: self._migrate(must_exist))
             # Usage's attempts and cached have columns from schema 6; an older store read as is has none.
-            extra = ", attempts, cached" if self._version() >= 6 else ", 0, 0"
+            version = self._version()
+            extra = ", attempts, cached" if version >= 6 else ", 0, 0"
             self._columns = _LIST_COLUMNS + extra
+            self._sealed = version >= 9  # digests of config, result and items (schema 9)
         except sqlite3.DatabaseError as exc:
             self._db_close_quietly()
             if "not a database" in str(exc):
@@ -169,6 +231,8 @@ class RunStore:
         self._pending: list[tuple[str, Sequence[Any]]] = []
         self._scheduled_on: asyncio.AbstractEventLoop | None = None
         self._write_error: BaseException | None = None
+        self._writer: DbThread | None = None  # started by the first batch a loop hands over
+        self._handed: list[Any] = []  # futures of the batches handed to the writer, not yet done
 
     def _db_close_quietly(self) -> None:
         db = getattr(self, "_db", None)
@@ -203,56 +267,93 @@ class RunStore:
 
     # -- deferred writes ----------------------------------------------------------------------
     def _drain(self) -> None:
-        """Commit every pending write in one transaction (a failure is kept for the next caller)."""
+        """Hand every pending write, as one transaction, to the writer thread (in order).
+
+        Called on the event loop (10 ms after its first write) and by :meth:`flush`. A failed
+        batch is kept for the next caller; the batches after it are not written.
+        """
         self._scheduled_on = None
         batch, self._pending = self._pending, []
         if not batch or self._write_error is not None:
             return
+        if self._writer is None:
+            self._writer = DbThread(f"moot-store:{self.path.name}", self._writer_connection)
+            weakref.finalize(self, self._writer.close)  # a store dropped unclosed ends its thread
         try:
-            self._commit(batch)
-        except Exception as exc:  # raised by flush() or the next write, never into the event loop
+            handed = self._writer.submit(lambda conn: self._commit(batch, conn))
+        except RuntimeError:  # the writer was closed (the process is ending): commit here
+            self._commit_here(batch)
+            return
+        self._handed.append(handed)
+        handed.add_done_callback(self._batch_done)
+
+    def _batch_done(self, handed: Any) -> None:
+        exc = handed.exception()
+        if exc is not None and self._write_error is None:  # raised by flush() or the next write
             self._write_error = exc
 
-    def _commit(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                i = 0
-                while i < len(statements):  # runs of the same statement go out together
-                    sql = statements[i][0]
-                    j = i
-                    while j < len(statements) and statements[j][0] == sql:
-                        j += 1
-                    rows = [p for _, p in statements[i:j]]
-                    if sql == _INSERT_EVENT:
-                        self._insert_events(rows)
-                    else:
-                        self._db.executemany(sql, rows)
-                    i = j
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:  # SQLite rolls back itself on a full disk
-                    self._db.execute("ROLLBACK")
-                raise
+    def _commit_here(self, batch: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        try:
+            with self._lock:
+                self._commit(batch, self._db)
+        except Exception as exc:
+            self._write_error = exc
 
-    def _insert_events(self, rows: Sequence[Sequence[Any]]) -> None:
+    def _writer_connection(self) -> sqlite3.Connection:
+        """The writer thread's own connection (the file is already a store in WAL mode)."""
+        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
+
+    @staticmethod
+    def _commit(statements: Sequence[tuple[str, Sequence[Any]]], db: sqlite3.Connection) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            i = 0
+            while i < len(statements):  # runs of the same statement go out together
+                sql = statements[i][0]
+                j = i
+                while j < len(statements) and statements[j][0] == sql:
+                    j += 1
+                rows = [p for _, p in statements[i:j]]
+                if sql == _INSERT_EVENT:
+                    RunStore._insert_events(rows, db)
+                else:
+                    db.executemany(sql, rows)
+                i = j
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:  # SQLite rolls back itself on a full disk
+                db.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _insert_events(rows: Sequence[Sequence[Any]], db: sqlite3.Connection) -> None:
         # One multi-row INSERT per chunk instead of one statement per row.
         for k in range(0, len(rows), _EVENT_CHUNK):
             chunk = rows[k : k + _EVENT_CHUNK]
             values = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk))
             flat = [v for row in chunk for v in row]
-            self._db.execute(f"INSERT INTO events (run_id, seq, time, kind, data) VALUES {values}", flat)
+            db.execute(f"INSERT INTO events (run_id, seq, time, kind, data) VALUES {values}", flat)
 
     def flush(self) -> None:
-        """Commit every pending write now.
+        """Wait until every write made so far is committed.
 
         Raises:
             sqlite3.Error: a deferred write failed (it and the writes after it were not made).
         """
         if self._pending:
             self._drain()
+        self._wait_handed()
         if self._write_error is not None:
             raise self._write_error
+
+    def _wait_handed(self) -> None:
+        """Wait until the writer thread committed every batch handed to it (errors: kept, not raised)."""
+        while self._handed:
+            self._handed.pop(0).exception()
 
     def _write(self, sql: str, params: Sequence[Any]) -> None:
         if not self._deferred:
@@ -265,6 +366,7 @@ class RunStore:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop in this thread: nothing to gather with, commit now
             self._drain()
+            self._wait_handed()  # committed when the call returns, as without a writer thread
             return
         if self._scheduled_on is not loop:  # (a loop that ended before its drain ran counts as none)
             self._scheduled_on = loop
@@ -318,10 +420,12 @@ class RunStore:
             return self._version()
 
     def close(self) -> None:
-        """Commit what is queued, stop the writer thread and close the connection."""
+        """Commit what is queued, stop the writer thread and close the connections."""
         try:
             self.flush()
         finally:
+            if self._writer is not None:
+                self._writer.close()
             with self._lock:
                 self._db.close()
 
@@ -358,26 +462,29 @@ class RunStore:
         ``run_id`` names it (a debate's own id); None draws a new one.
         """
         run_id = run_id or new_id(32)
-        self._write(
-            "INSERT INTO runs (id, kind, status, title, model, started_at, host, pid, argv, config, "
-            "moot_version) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                kind,
-                redact.text(title),
-                redact.text(model),
-                time.time(),
-                _HOST,
-                os.getpid(),
-                json.dumps(redact.argv(list(argv)), ensure_ascii=False),
-                redact.text(
-                    config
-                    if isinstance(config, str)
-                    else json.dumps(config or {}, ensure_ascii=False, default=str)
-                ),
-                moot_version,
-            ),
+        config_text = redact.text(
+            config if isinstance(config, str) else json.dumps(config or {}, ensure_ascii=False, default=str)
         )
+        row = (
+            run_id,
+            kind,
+            redact.text(title),
+            redact.text(model),
+            time.time(),
+            _HOST,
+            os.getpid(),
+            json.dumps(redact.argv(list(argv)), ensure_ascii=False),
+            config_text,
+            moot_version,
+        )
+        columns = "id, kind, status, title, model, started_at, host, pid, argv, config, moot_version"
+        if self._sealed:  # the digest of the text stored: a later edit of it shows
+            values = "?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?"
+            self._write(
+                f"INSERT INTO runs ({columns}, config_sha256) VALUES ({values})", (*row, _digest(config_text))
+            )
+        else:
+            self._write(f"INSERT INTO runs ({columns}) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)", row)
         return run_id
 
     def append_event(self, run_id: str, seq: int, kind: str, data_json: str, at: float | None = None) -> None:
@@ -393,18 +500,20 @@ class RunStore:
 
         Items are numbered in the order they were recorded (``seq``): a replaced one takes the next number.
         """
+        data = redact.text(data_json)
+        row = (run_id, item, part, run_id, time.time(), None if correct is None else int(correct), data)
+        if self._sealed:
+            self._write(
+                "INSERT OR REPLACE INTO items (run_id, item, part, seq, time, correct, data, data_sha256) "
+                "VALUES (?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM items WHERE run_id = ?), "
+                "?, ?, ?, ?)",
+                (*row, _digest(data)),
+            )
+            return
         self._write(
             "INSERT OR REPLACE INTO items (run_id, item, part, seq, time, correct, data) VALUES "
             "(?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM items WHERE run_id = ?), ?, ?, ?)",
-            (
-                run_id,
-                item,
-                part,
-                run_id,
-                time.time(),
-                None if correct is None else int(correct),
-                redact.text(data_json),
-            ),
+            row,
         )
 
     def update(
@@ -430,6 +539,8 @@ class RunStore:
         for name in ("result", "error", "title", "summary"):  # text from outside may hold a credential
             if fields.get(name) is not None:
                 fields[name] = redact.text(fields[name])
+        if self._sealed and fields["result"] is not None:
+            fields["result_sha256"] = _digest(fields["result"])
         if usage is not None:
             fields |= {
                 "calls": usage.calls,
@@ -509,6 +620,19 @@ class RunStore:
         calls, prompt, completion, score, summary, error, attempts, cached = row[12:20]
         if status == "running" and not _alive(host, pid):
             status, error = "interrupted", error or "the process ended without finishing the run"
+        damage: builtins.list[str] = []
+        argv_list = _load(argv, "argv", [], damage)
+        config_data = _load(config, "config", {}, damage)
+        summary_data = _load(summary, "summary", {}, damage)
+        result = _load(row[20], "result", None, damage) if with_result else None
+        for what, value, kind_ in (("argv", argv_list, list), ("config", config_data, dict)):
+            if not isinstance(value, kind_):
+                damage.append(f"its {what} is not a JSON {'array' if kind_ is list else 'object'}")
+        integrity: Integrity | None = None
+        edited: builtins.list[str] = []
+        if with_result:  # row[21:23]: the digests (None in a store older than schema 9)
+            digests = row[21:23] if len(row) >= 23 else (None, None)
+            integrity, edited = _check([("config", config, digests[0]), ("result", row[20], digests[1])])
         return RunRecord(
             id=rid,
             kind=kind,
@@ -519,8 +643,8 @@ class RunStore:
             ended_at=ended,
             host=host,
             pid=pid,
-            argv=redact.argv(json.loads(argv)),
-            config=json.loads(redact.text(config)),
+            argv=redact.argv(argv_list) if isinstance(argv_list, list) else [],
+            config=config_data if isinstance(config_data, dict) else {},
             moot_version=version,
             usage=Usage(
                 calls=calls,
@@ -530,9 +654,12 @@ class RunStore:
                 cached=cached,
             ),
             score=score,
-            summary=json.loads(redact.text(summary)),
-            result=json.loads(redact.text(row[20])) if with_result and row[20] is not None else None,
+            summary=summary_data if isinstance(summary_data, dict) else {},
+            result=result,
             error=None if error is None else redact.text(error),
+            damage=f"run {rid[:8]} is damaged: " + "; ".join(damage) if damage else None,
+            integrity=integrity,
+            edited=edited,
         )
 
     def get(self, run_id: str) -> RunRecord:
@@ -542,8 +669,27 @@ class RunStore:
             UsageError: no such run, or an ambiguous prefix.
         """
         full = self.resolve_id(run_id)
-        row = self._execute(f"SELECT {self._columns}, result FROM runs WHERE id = ?", (full,)).fetchone()
+        digests = ", config_sha256, result_sha256" if self._sealed else ""
+        row = self._execute(
+            f"SELECT {self._columns}, result{digests} FROM runs WHERE id = ?", (full,)
+        ).fetchone()
         return self._record(row, True)
+
+    def replayable(self, run_id: str, *, trust_edited: bool = False) -> RunRecord:
+        """One run with its result, checked before a replay or a re-run uses it.
+
+        An ABSA batch's items are checked too (:func:`moot.runs.integrity.check_record`).
+
+        Raises:
+            UsageError: no such run, an ambiguous prefix, a damaged record, or one edited after it
+                was recorded (unless ``trust_edited``), naming what changed.
+        """
+        record = self.get(run_id)
+        items: builtins.list[StoredItem] = []
+        if record.damage is None and record.kind == "absa" and record.config.get("batch"):
+            items = builtins.list(self.iter_items(record.id))
+        check_record(record, trust_edited=trust_edited, items=items)
+        return record
 
     def _where(
         self, kind: str | None, status: str | None, model: str | None, search: str | None
@@ -671,22 +817,26 @@ class RunStore:
             "SELECT seq, time, kind, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
             (run_id, after),
         ).fetchall()
-        return [StoredEvent(seq=s, time=t, kind=k, data=json.loads(redact.text(d))) for s, t, k, d in rows]
+        return [
+            StoredEvent(seq=s, time=t, kind=k, data=_row_data(run_id, f"event {s}", d)) for s, t, k, d in rows
+        ]
 
     def iter_items(self, run_id: str) -> Iterator[StoredItem]:
         """The run's items in the order they were first recorded."""
+        digest = "data_sha256" if self._sealed else "NULL"
         rows = self._execute(
-            "SELECT item, part, seq, time, correct, data FROM items WHERE run_id = ? ORDER BY seq",
+            f"SELECT item, part, seq, time, correct, data, {digest} FROM items WHERE run_id = ? ORDER BY seq",
             (run_id,),
         ).fetchall()
-        for item, part, seq, at, correct, data in rows:
+        for item, part, seq, at, correct, data, sha in rows:
             yield StoredItem(
                 item=item,
                 part=part,
                 seq=seq,
                 time=at,
                 correct=None if correct is None else bool(correct),
-                data=json.loads(redact.text(data)),
+                data=_row_data(run_id, f"item {item!r}" + (f" ({part})" if part else ""), data),
+                integrity=_check([("data", data, sha)])[0],
             )
 
     def counts(self, run_id: str) -> tuple[int, int]:

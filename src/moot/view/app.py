@@ -35,9 +35,9 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 import moot.view.shape as shape
 
 from ..app.compare import as_json, compare_runs
-from ..app.records import load_result, read_store
+from ..app.records import list_row, load_result, read_store, runs_page
 from ..errors import UsageError
-from ..runs import RunRecord, RunStore
+from ..runs import DamagedRecord, RunRecord, RunStore
 
 __all__ = ["LOOPBACK", "create_app"]
 
@@ -133,6 +133,14 @@ def create_app(store_path: str | Path, *, token: str | None = None, host: str = 
     async def store_failed(request: Request, exc: UsageError) -> Response:  # damaged after the open
         return _store_error(request, templates, str(exc))
 
+    @app.exception_handler(DamagedRecord)
+    async def record_damaged(request: Request, exc: DamagedRecord) -> Response:  # one run, not the store
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"detail": str(exc)}, status_code=422)
+        return templates.TemplateResponse(
+            request, "record_error.html", {"message": str(exc)}, status_code=422
+        )
+
     return app
 
 
@@ -183,16 +191,6 @@ MAX_PAGE = 500
 """The most runs one page or API answer holds."""
 
 
-def _row(store: RunStore, record: RunRecord) -> dict[str, Any]:
-    """A list row: the record without its result, with its wall time, protocol and (running) live usage."""
-    if record.status == "running":
-        record.usage = store.live_usage(record.id)
-    return record.model_dump(mode="json", exclude={"result"}) | {
-        "wall_s": record.wall_s,
-        "protocol": shape.protocol_of(record),
-    }
-
-
 def _list(
     store: RunStore,
     *,
@@ -213,15 +211,18 @@ def _list(
     }
     limit, offset = min(max(limit, 1), MAX_PAGE), max(offset, 0)
     found = store.list(**filters, limit=limit, offset=offset, sort=_SORTS.get(sort, "time"))
-    return [_row(store, r) for r in found], store.count(**filters)
+    return [list_row(store, r) for r in found], store.count(**filters)
 
 
 def _getter(store: RunStore) -> Callable[[str], RunRecord]:
     def get(run_id: str) -> RunRecord:
         try:
-            return store.get(run_id)
+            record = store.get(run_id)
         except UsageError as exc:
             raise HTTPException(status_code=404, detail=str(exc)) from None
+        if record.damage is not None:  # listed, but not shown (HTTP 422 naming the damage)
+            raise DamagedRecord(record.damage)
+        return record
 
     return get
 
@@ -250,7 +251,7 @@ def _api(app: FastAPI, store: RunStore) -> None:
         runs, total = _list(
             store, kind=kind, status=status, model=model, q=q, sort=sort, limit=limit, offset=offset
         )
-        return {"total": total, "offset": max(offset, 0), "limit": min(max(limit, 1), MAX_PAGE), "runs": runs}
+        return runs_page(runs, total=total, offset=max(offset, 0), limit=min(max(limit, 1), MAX_PAGE))
 
     @app.get("/api/runs/{run_id}")
     def api_run(run_id: str) -> dict[str, Any]:

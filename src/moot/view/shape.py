@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..app.records import absa_events, bench_records, bench_run, run_turns
+from ..app.records import absa_events, bench_records, bench_run, protocol_of, run_turns
 from ..bench.records import ItemRecord
 from ..errors import error_text
 from ..runs import RunRecord, RunStore
@@ -88,24 +88,6 @@ def turn_error(turn: Turn, shown_above: str | None = None) -> str:
             if reason in shown_above or reason.split(": ", 1)[-1] in shown_above:
                 text = text.replace(f"({reason})", "(see above)")
     return error_text(turn.error_kind or "error", text)
-
-
-def protocol_of(record: RunRecord) -> str:
-    """What ran, for the list's protocol column: a debate's protocol, a bench's methods, an ABSA mode."""
-    cfg = record.config
-    if record.kind == "run":
-        protocol = cfg.get("protocol")
-        return str(protocol.get("name", "")) if isinstance(protocol, dict) else ""
-    if record.kind == "bench":
-        methods = cfg.get("methods")
-        return ", ".join(map(str, methods)) if isinstance(methods, list) else ""
-    if record.kind == "absa":
-        inner = cfg.get("config")
-        return str(inner.get("mode", "")) if isinstance(inner, dict) else ""
-    if record.kind == "absa-eval":
-        configs = cfg.get("configs")
-        return ", ".join(map(str, configs)) if isinstance(configs, dict) else ""
-    return ""
 
 
 @dataclass
