@@ -135,7 +135,7 @@ RAMP_EXIT = 0.8
 RAMP_START = 5.0
 """Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.2 s)."""
 _RAMP_MAX = 10_000.0  # requests/s: a ramp that got this far without a refusal found no limit
-_SHARE_OF = 16  # answers whose share of refusals says whether a rate limit is passed
+_SHARE_OF = 32  # answers whose share of refusals says whether a rate limit is passed
 _HEAVY_SHARE = 0.25  # the share of refusals that does
 
 
@@ -453,6 +453,10 @@ class RatePacer:
         """The schedule: the earliest time the next request may leave."""
         self.cut_at = float("-inf")
         """When the rate was last cut: refusals of requests sent before it are not counted again."""
+        self.random_share = 0.0
+        """The share of requests the server refuses whatever the rate, once measured."""
+        self._below = [0, 0]  # answers and refusals to requests sent while climbing back, since the cut
+        self._above = [0, 0]  # the same at or above the refused rate
         self.cuts_in_row = 0
         """Cuts since a request sent after a cut was last served."""
         self.announced: Announced | None = None
@@ -461,6 +465,16 @@ class RatePacer:
         """Requests the server's announced bucket still holds for us: sent without waiting."""
         self.tokens_per_request = 0.0
         """The mean tokens a request asks for (prompt estimate plus max_tokens), once known."""
+
+    def climbing(self, now: float) -> bool:
+        """True while the rate climbs back to the one refused last (the cubic's first ``k_s`` seconds)."""
+        return self.w_max is not None and not self.ramping and now - self.since < self.k_s
+
+    def answered(self, below: bool, refused: bool) -> None:
+        """Count an answer to a request sent below (climbing back) or at/above the refused rate."""
+        counts = self._below if below else self._above
+        counts[0] += 1
+        counts[1] += refused
 
     @property
     def active(self) -> bool:
@@ -551,6 +565,20 @@ class RatePacer:
             # Still climbing back to the rate refused last: a lone refusal here says nothing new
             # (a server refusing some requests whatever the rate would otherwise ratchet it to 0).
             return
+        below, above = self._below, self._above
+        if (
+            not heavy
+            and below[0] >= 32
+            and below[1] >= 0.05 * below[0]
+            and below[1] / below[0] >= 0.5 * above[1] / max(1, above[0])
+        ):
+            # Refused as often below the refused rate as above it: the refusals do not depend on
+            # the rate (a server that refuses a share of all requests). No limit to pace for.
+            self.w_max, self.ramping = None, False
+            self.random_share = below[1] / below[0]
+            self._below, self._above = [0, 0], [0, 0]
+            return
+        self._below, self._above = [0, 0], [0, 0]
         self.cut_at = now
         if sent_rate is None or (self.w_max is None and not self.ramping):
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
@@ -596,6 +624,8 @@ class Ticket:
     """The paced rate (requests/s) when it was sent; None: not paced."""
     seq: int = 0
     """Its number among the endpoint's requests (1 for the first)."""
+    below: bool = False
+    """Sent while the pacer climbed back to the rate refused last (below it)."""
 
 
 class Endpoint:
@@ -641,6 +671,7 @@ class Endpoint:
         self._first_sent_at: float | None = None
         self._refusals: deque[bool] = deque(maxlen=_SHARE_OF)  # the latest answers: refused or not
         self._served_at: deque[float] = deque()  # when the answers of the last second came
+        self._sent_at: deque[float] = deque()  # when the requests of the last second left
         self._announce_seq = 0  # the newest request whose answer announced limits
         self._unanswered = 0  # requests failed without an answer since the last answer
         self._unanswered_since: float | None = None  # when the first of them was sent
@@ -726,9 +757,18 @@ class Endpoint:
         if self._first_sent_at is None:
             self._first_sent_at = now
         rate = self.pacer.rate(now) if self.pacer.active else None
+        sent = self._sent_at
+        sent.append(now)
+        while sent[0] < now - 1.0:
+            sent.popleft()
+        if rate is not None and self._first_sent_at <= now - 1.0:
+            # The rate it actually left at: fewer requests than the schedule allows may be ready
+            # (callers waiting their Retry-After), and a refusal says something of that rate only.
+            rate = min(rate, float(len(sent)))
+        below = self.pacer.climbing(now)
         self.pacer.take(now, tokens)
         epoch = self.limit.sent(self.in_flight)
-        return Ticket(self, now, epoch, self.in_flight, probe, rate, self.sent_total)
+        return Ticket(self, now, epoch, self.in_flight, probe, rate, self.sent_total, below)
 
     def finish(
         self,
@@ -771,6 +811,8 @@ class Endpoint:
             return
         self._throttle_run = 0
         self._refusals.append(False)
+        if ticket.sent_at >= self.pacer.cut_at:
+            self.pacer.answered(ticket.below, refused=False)
         served = self._served_at
         served.append(now)
         while served[0] < now - 1.0:
@@ -796,7 +838,14 @@ class Endpoint:
         # answers, or come in a row; a server refusing a request now and then is not paced.
         self._refusals.append(True)
         pacer = self.pacer
-        heavy = sum(self._refusals) >= _HEAVY_SHARE * _SHARE_OF or self._throttle_run >= 3
+        if ticket.sent_at >= pacer.cut_at:
+            pacer.answered(ticket.below, refused=True)
+        # Heavy: a quarter of the latest answers refused, beyond what the server refuses whatever
+        # the rate (measured when pacing found the refusals did not depend on the rate).
+        share = sum(self._refusals) / _SHARE_OF
+        # Or refused several times in a row with nothing served between (with many in flight, a
+        # few in a row happen by chance at a server that refuses a share of all requests).
+        heavy = share >= _HEAVY_SHARE + pacer.random_share or self._throttle_run >= max(3, self.in_flight / 4)
         if heavy or pacer.active:
             served = self._served_at
             while served and served[0] < now - 1.0:
