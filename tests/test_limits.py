@@ -22,7 +22,16 @@ from limit_servers import LimitServer
 from moot.errors import EndpointDown, ModelHTTPError, RateLimited
 from moot.models import base
 from moot.models.base import Message, ModelRequest
-from moot.models.limits import DEFAULT_CAP, AdaptiveLimit, Endpoint, Gate, Outcome, RatePacer, Ticket
+from moot.models.limits import (
+    DEFAULT_CAP,
+    AdaptiveLimit,
+    Endpoint,
+    Gate,
+    Outcome,
+    RatePacer,
+    Ticket,
+    announced_limits,
+)
 from moot.models.openai import OpenAIModel
 from moot.models.retry import RetryPolicy, call_model
 from moot.models.testing import FunctionModel
@@ -98,26 +107,41 @@ class TestArithmetic:
         ep.finish(t, Outcome.THROTTLE, 0)
         assert ep.limit.allowed == 1
 
-    def test_throttle_cuts_once_per_epoch_and_pauses(self) -> None:
+    def test_throttle_paces_and_never_pauses_the_endpoint(self) -> None:
+        """A burst of 429s with ``Retry-After: 1`` starts the pacer; the concurrency limit stays
+        where it was and nothing pauses everyone: a one-second Retry-After is the refused
+        requests' own wait (issue 34: pausing, then releasing everyone, collapsed against a
+        limiter with little burst)."""
         clock = Clock()
         ep = Endpoint("e", clock=clock)
         tickets = [ep.take() for _ in range(40)]
-        for t in tickets[:10]:  # ten 429s from one burst: one cut, then 1 less for each further one
+        for t in tickets[:10]:
             ep.finish(t, Outcome.THROTTLE, 1.0)
-        assert ep.limit.allowed == 21  # 40 * 0.75 - 9
-        assert ep.throttled == 10 and ep.pause_left() == pytest.approx(1.0)
+        assert ep.limit.allowed == 40 and not ep.limit.slow_start
+        assert ep.throttled == 10 and ep.pause_left() == 0
+        assert ep.pacer.ramping and ep.pacer.rate(clock.now) == pytest.approx(5.0)
+        assert ep.wait_left() == pytest.approx(0.2)  # one interval of the new rate: the bucket is empty
+        clock.now += 0.2
+        assert ep.room()
+        t = ep.take()
+        assert t.rate is not None
+        clock.now += 0.01
+        ep.finish(t, Outcome.THROTTLE, 5.0)  # a long Retry-After: the schedule waits for it
+        assert ep.pause_left() == pytest.approx(5.0) and not ep.room()
+        assert ep.pacer.w_max == pytest.approx(0.8 * t.rate)  # leaving the ramp
         for t in tickets[10:]:
             ep.finish(t, Outcome.CANCELLED)
-        assert not ep.room()  # paused
-        clock.now += 1.0
-        assert ep.room()
-        t = ep.take()  # sent after the pause began: its 429 cuts again; no Retry-After: 0.5 s, doubling
-        ep.finish(t, Outcome.THROTTLE)
-        assert ep.limit.allowed == 15 and ep.pause_left() == pytest.approx(1.0)  # 21 * 0.75; the 2nd pause
-        clock.now += 1.0
-        t = ep.take()
-        ep.finish(t, Outcome.THROTTLE)
-        assert ep.pause_left() == pytest.approx(2.0)
+
+    def test_a_single_429_paces_nothing(self) -> None:
+        clock = Clock()
+        ep = Endpoint("e", clock=clock)
+        ep.finish(ep.take(), Outcome.ANSWER)
+        ep.finish(ep.take(), Outcome.THROTTLE, None)
+        assert not ep.pacer.active and ep.room() and ep.pause_left() == 0
+        ep.finish(ep.take(), Outcome.THROTTLE, None)
+        assert not ep.pacer.active
+        ep.finish(ep.take(), Outcome.THROTTLE, None)  # three in a row, nothing served between: paced
+        assert ep.pacer.active
 
     def test_timeout_halves(self) -> None:
         ep = Endpoint("e", clock=Clock())
@@ -210,61 +234,76 @@ class TestArithmetic:
         ep.finish(ep.take(), Outcome.UNREACHABLE)
         assert ep.is_open
 
-    def test_pacer_follows_the_cubic_after_a_throttle(self) -> None:
+    def test_pacer_ramps_then_follows_the_cubic(self) -> None:
         pacer = RatePacer()
         assert not pacer.active and pacer.wait(0.0) == 0.0 and pacer.rate(0.0) is None
-        pacer.throttled(20.0, resume_at=11.0, now=10.0)  # 20 req/s served; paused until 11
-        k = (20 * 0.3 / 0.4) ** (1 / 3)
-        assert pacer.rate(11.0) == pytest.approx(14.0)  # beta * W when the pause ends
-        assert pacer.rate(11.0 + k) == pytest.approx(20.0)  # back at W after K seconds
-        assert pacer.rate(11.0 + k + 1) == pytest.approx(20.4)  # flat near it, then probing
-        assert pacer.wait(10.5) == pytest.approx(0.5)  # the first send when the pause ends
+        pacer.refused(10.0, sent_at=9.9, sent_rate=None)  # a first burst: ramp from 5/s
+        assert pacer.ramping and pacer.rate(10.0) == pytest.approx(5.0)
+        assert pacer.rate(10.4) == pytest.approx(20.0)  # doubling every 0.2 s
+        assert pacer.wait(10.0) == pytest.approx(0.2)
+        pacer.refused(10.6, sent_at=10.5, sent_rate=35.0)  # the ramp refused at 35/s: W = 0.8 x 35 = 28
+        assert not pacer.ramping and pacer.w_max == 28.0
+        assert pacer.rate(10.6) == pytest.approx(0.9 * 28)
+        assert pacer.rate(10.6 + 1.5) == pytest.approx(28.0)  # back at W after K
+        assert pacer.rate(10.6 + 2.0) == pytest.approx(28 * (1 + 0.1 * (0.5 / 1.5) ** 3))
+        pacer.refused(10.7, sent_at=10.59, sent_rate=30.0)  # sent before the cut: counted already
+        assert pacer.w_max == 28.0
         sent, now = 0, 11.0
-        while now < 12.0:  # one second of sends right after the pause: about 14-15
+        while now < 12.0:  # one second of sends: spaced, never a burst
             if pacer.wait(now) == 0:
                 pacer.take(now)
                 sent += 1
             now += 0.001
-        assert 14 <= sent <= 17, sent
-        assert pacer.rate(11.0 + k + 6) is None  # past 4 x W: pacing stops
-        assert pacer.wait(11.0 + k + 6) == 0.0 and not pacer.active
+        assert 25 <= sent <= 29, sent  # 0.9 W climbing back to W = 28
+        assert pacer.rate(10.6 + 1.5 + 4.8) is None  # past 4 x W with no refusal: no more pacing
 
-    def test_token_bucket_server_after_the_first_burst_few_429s(self) -> None:
-        """A server allowing 20 requests/s (bucket of 20, 429 + Retry-After: 1), 50 ms answers,
-        100 requests always ready, on the fake clock: after the first burst (whose 429s come back
-        before anything could be measured), the pacer keeps 429s under 5% of the requests served,
-        and the rate served stays near the bucket's."""
+    def test_announced_limits_pace_before_any_refusal(self) -> None:
+        headers = {"x-ratelimit-limit-requests": "3000", "x-ratelimit-remaining-requests": "4"}
+        announced = announced_limits(headers)
+        assert announced is not None and announced.requests_per_s == pytest.approx(50.0)
+        assert announced_limits({"content-type": "x"}) is None
+        assert announced_limits({"anthropic-ratelimit-requests-limit": "60"}).requests_per_s == 1.0  # type: ignore[union-attr]
+        tokens = announced_limits(
+            {"x-ratelimit-limit-tokens": "600000", "x-ratelimit-remaining-tokens": "900"}
+        )
+        assert tokens is not None and tokens.tokens_per_s == pytest.approx(10_000)
         clock = Clock()
         ep = Endpoint("e", clock=clock)
-        tokens, stamp = 20.0, clock.now
-        events: list[tuple[float, int, Ticket, bool]] = []
-        seq = served = throttled = 0
-        first_burst = None
-        start = clock.now
-        while served < 1000:
-            now = clock.now
-            while ep.room() and ep.in_flight < 100:
-                t = ep.take()
-                tokens, stamp = min(20.0, tokens + (now - stamp) * 20), now
-                ok = tokens >= 1
-                tokens -= 1 if ok else 0
-                heapq.heappush(events, (now + (0.05 if ok else 0.001), seq, t, ok))
-                seq += 1
-            wake = now + ep.wait_left() if ep.wait_left() > 0 else float("inf")
-            if events and events[0][0] <= wake:
-                clock.now, _, t, ok = heapq.heappop(events)
-                ep.finish(t, Outcome.ANSWER if ok else Outcome.THROTTLE, None if ok else 1.0)
-                served += ok
-                throttled += not ok
-                if first_burst is None and not ok:
-                    first_burst = seq  # the first burst sent everything at once
-            else:
-                clock.now = wake
-        assert first_burst is not None
-        later = throttled - (first_burst - 20)  # the first burst: all but the bucket's 20 refused
-        assert later <= 0.08 * served, (throttled, first_burst)  # unpaced: 233
-        assert ep.pacer.active
-        assert served / (clock.now - start) >= 0.85 * 20
+        first = ep.take()
+        clock.now += 0.2
+        ep.finish(first, Outcome.ANSWER, None, announced)
+        assert ep.pacer.active and ep.pacer.rate(clock.now) == pytest.approx(0.95 * 50)
+        sent = 0
+        while ep.room():  # the server's bucket holds 4: 3 go at once (one kept in hand), then the schedule
+            ep.take()
+            sent += 1
+        assert sent == 4  # 3 from the allowance and the first of the schedule
+        ep2 = Endpoint("t", clock=clock)
+        t = ep2.take(200.0)  # 200-token requests against 10,000 tokens/s: 50 requests/s
+        ep2.finish(t, Outcome.ANSWER, None, tokens)
+        assert ep2.pacer.rate(clock.now) == pytest.approx(0.95 * 50)
+
+    @pytest.mark.parametrize(
+        ("depth_s", "retry_after"),
+        [(1.0, 1.0), (1.0, None), (0.2, 1.0), (0.2, None), (0.0, 1.0), (0.0, None)],
+        ids=["bucket1s-ra", "bucket1s", "bucket0.2s-ra", "bucket0.2s", "noburst-ra", "noburst"],
+    )
+    def test_limiter_shapes_at_their_pace(self, depth_s: float, retry_after: float | None) -> None:
+        """Issue 34's shapes on the fake clock: 500 units, 100 at a time, 200 ms answers, a limit of
+        50 requests/s (floor 10 s): a token bucket 1 s or 0.2 s deep, or one request every 20 ms with
+        no burst (nginx's limit_req), with Retry-After: 1 or none. Each finishes within 1.25x the
+        floor with at most 25% of the requests served refused (bench/rate_limits.py measures the
+        same over HTTP beside the openai SDK's retries)."""
+        wall, refused = run_limiter(depth_s=depth_s, retry_after=retry_after)
+        assert wall <= 12.5, wall
+        assert refused <= 0.25 * 500, refused
+
+    def test_announced_limit_few_refusals(self) -> None:
+        """A 0.2 s bucket that announces its limit in OpenAI's headers on every answer: only the
+        first burst is refused (at most 2%), and the announced rate is used to >= 0.9."""
+        wall, refused = run_limiter(depth_s=0.2, retry_after=1.0, announce=True)
+        assert refused <= 0.02 * 500, refused
+        assert 500 / wall >= 0.9 * 50, wall
 
     def test_a_429_now_and_then_is_no_rate_limit(self) -> None:
         """A server refusing one request in 60 whatever the rate (429, Retry-After: 0.02), 8 in
@@ -321,6 +360,71 @@ class TestGate:
         assert all(isinstance(e, EndpointDown) for e in errors)
 
 
+def run_limiter(
+    *, depth_s: float, retry_after: float | None, announce: bool = False, rate: float = 50.0
+) -> tuple[float, int]:
+    """500 units, 100 at a time, 200 ms answers, against a limiter of ``rate`` requests/s on the
+    fake clock: a token bucket ``depth_s`` deep, or (0) a GCRA with no burst. A refused request
+    waits its own Retry-After (as call_model does), then queues again. Returns (wall s, refusals)."""
+    units, conc, latency = 500, 100, 0.2
+    clock = Clock()
+    ep = Endpoint("e", clock=clock)
+    cap = rate * depth_s
+    tokens, stamp, tat = cap, clock.now, clock.now
+    ready = [clock.now] * conc  # when each waiting unit may be sent
+    left = units - conc
+    events: list[tuple[float, int, Ticket, bool, object]] = []
+    seq = served = refused = 0
+    start = clock.now
+    while served < units:
+        now = clock.now
+        ready.sort()
+        while ready and ready[0] <= now and ep.room():
+            ready.pop(0)
+            t = ep.take()
+            if depth_s > 0:
+                tokens, stamp = min(cap, tokens + (now - stamp) * rate), now
+                ok = tokens >= 1
+                tokens -= 1 if ok else 0
+                remaining = int(tokens)
+            else:
+                ok = now >= tat - 1e-9
+                tat = max(tat, now) + 1.0 / rate if ok else tat
+                remaining = int(ok)
+            headers = {
+                "x-ratelimit-limit-requests": str(rate * 60),
+                "x-ratelimit-remaining-requests": str(remaining),
+            }
+            heapq.heappush(
+                events,
+                (
+                    now + (latency if ok else 0.001),
+                    seq,
+                    t,
+                    ok,
+                    announced_limits(headers) if announce else None,
+                ),
+            )
+            seq += 1
+        waits = [w for w in ((ready[0] - now) if ready else 0.0, ep.wait_left()) if w > 0]
+        wake = now + min(waits) if waits else float("inf")
+        assert events or wake < float("inf"), "stuck"
+        if events and events[0][0] <= wake:
+            clock.now, _, t, ok, hdr = heapq.heappop(events)
+            ep.finish(t, Outcome.ANSWER if ok else Outcome.THROTTLE, None if ok else retry_after, hdr)  # type: ignore[arg-type]
+            if ok:
+                served += 1
+                if left:
+                    left -= 1
+                    ready.append(clock.now)
+            else:
+                refused += 1
+                ready.append(clock.now + max(retry_after or 0.0, ep.pause_left()))
+        else:
+            clock.now = wake
+    return clock.now - start, refused
+
+
 def run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
 
@@ -353,13 +457,15 @@ class TestServers:
         assert server.served == 120
         stats = model.endpoint_stats()[0]
         assert stats["throttled"] == server.throttled > 0
-        assert stats["limit_low"] < stats["limit_high"]  # type: ignore[operator]
+        assert stats["paced"] is not None  # paced after the first burst, never paused
         assert elapsed < 120 / 40 * 3  # 3 s of tokens; pauses cost little more
 
     def test_rate_limited_server_paced_after_the_first_burst(self) -> None:
         """30 workers, 4 calls each, at a server allowing 20 requests/s (50 ms answers): the
-        first burst of 30 meets a bucket of 20 (10 refused); from the next pause on, the endpoint
-        is paced, so 429s stay a small share of the requests served (unpaced: about 40)."""
+        initial window's 16 leave first, then, at the first answer (which announces no limit), the
+        other 14 and the 16 workers' second calls meet the ~5 requests left in the bucket (~25
+        refused); from then on the endpoint is paced, so 429s stay a small share of the requests
+        served."""
         with LimitServer("rate", rate=20, latency=0.05) as server:
             model = OpenAIModel("m", base_url=server.url)
 
@@ -376,7 +482,9 @@ class TestServers:
             run(go())
         stats = model.endpoint_stats()[0]
         assert server.served == 120 and stats["throttled"] == server.throttled
-        assert server.throttled <= 10 + 0.15 * 120, server.throttled  # the first burst: 30 - 20
+        # Timing on a shared machine moves the first burst; the shapes' figures are checked on the
+        # fake clock above (test_limiter_shapes_at_their_pace) and measured by bench/rate_limits.py.
+        assert server.throttled <= 0.5 * 120, server.throttled
         assert stats["paced"] is not None or server.throttled == 0
 
     def test_models_sending_to_one_endpoint_share_its_gate(self) -> None:
@@ -480,7 +588,7 @@ class TestServers:
 
             results = run(go())
         assert len(results) == 200
-        assert a.served > 20 and b.served > 100  # both served, then b took all the traffic
+        assert a.served >= 10 and b.served > 100  # both served, then b took all the traffic
         assert a.served + b.served == 200
 
 

@@ -29,9 +29,8 @@ concurrency-limits library:
   answers): its latency becomes the new floor and the limit returns to where it was. Held
   between the two thresholds for 4 windows, the limit is halved once to re-measure the
   floor (it may have been measured while a first burst queued).
-* **Drops.** A time-out halves the limit, a 429 or 503 multiplies it by 0.75 (the
-  endpoint's pause does the rest) and each further 429/503 of the same burst takes 1 more
-  off; never below 1.
+* **Drops.** A time-out halves the limit; never below 1. A 429 or 503 only ends slow start:
+  the pacer below answers a rate limit.
 * **Growth.** While the last window stayed within ``grow_below`` (1.25) times the floor,
   each answer to a request sent with the limit at least half in use adds ``1/sqrt(limit)``:
   about ``sqrt(limit)`` per round trip, up to the cap.
@@ -40,27 +39,38 @@ The cap is ``--model-concurrency N`` / ``?max_concurrency=N`` when given, else
 :data:`DEFAULT_CAP`; a fixed (non-adaptive) endpoint, the embedded model's, keeps exactly
 its cap.
 
-``Retry-After`` on a 429 or 503 pauses the whole endpoint, not one request: nothing is sent
-to it until the pause ends (without the header: 0.5 s, doubling on consecutive throttles,
-up to 30 s, for each throttle of a request sent after the previous pause began).
+**A rate limit is paced, never paused** (:class:`RatePacer`). A concurrency limit cannot hold a
+*rate* limit: with 50 ms answers one request in flight is already 20 requests/s. Pausing the
+whole endpoint for a ``Retry-After`` and then letting everyone go at once collapsed against a
+limiter with little burst (issue 34: a 0.2 s bucket or nginx's ``limit_req`` without ``burst``
+refused every release again). So a 429 or 503 (a rate limiter's, as nginx's and Envoy's 503s)
+never cuts the concurrency limit and never opens the circuit; instead requests leave one at a
+time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rate`` later):
 
-**Rate after a pause: CUBIC on the send rate** (:class:`RatePacer`). A concurrency limit
-cannot hold a *rate* limit: with 50 ms answers one request in flight is already 20
-requests/s, and when a pause ends every waiting request would go at once into the bucket
-that refused them. So a burst of 429/503s (two or more answered to requests sent before the
-pause began: a rate limit refuses every request beyond it, where a server refusing a request now
-and then refuses them one at a time) also measures the rate the endpoint served since the
-last decrease (answers over that time, pauses included: what the server's bucket refilled),
-and from then on requests are *paced*: a
-client-side token bucket sends at ``W * 0.7`` (``W``: that measured rate) when the pause
-ends and its rate follows the cubic window of TCP CUBIC (RFC 8312) in requests/s, as the
-AWS SDKs' adaptive retry mode does: ``W + 0.4 * (t - K)**3`` with ``K = cbrt(W * 0.3 / 0.4)``,
-back at ``W`` after ``K`` seconds, flat near it, then probing above. A 429 before the rate is
-back at ``W`` changes nothing (a server that refuses some requests whatever the rate, or a
-client slower than ``W``, would otherwise ratchet the rate down at every throttle); the next
-rate is measured over the whole time since the last decrease. Pacing ends when the
-rate reaches four times ``W`` with no further throttle (the server allows more: the
-concurrency limit alone governs again). An endpoint never throttled is never paced.
+* **When.** Refusals that are a quarter or more of the latest 16 answers, or three in a row with
+  nothing served between: a rate limit refuses every request beyond it. A server refusing a
+  request now and then is not paced (the refused request waits its own ``Retry-After``).
+* **The rate.** Nothing says what the server allows at first: a *ramp* starts at half the rate
+  served over the last second (at least :data:`RAMP_START`) and doubles every 0.2 s. Its first
+  refusal sets ``W`` to :data:`RAMP_EXIT` of the rate it was sent at; after that the rate follows
+  TCP CUBIC's curve (RFC 8312) in requests/s: ``0.9 * W`` right after a refusal, back at ``W``
+  after 1.5 s, flat near it, then probing above. A refusal while climbing back is not counted
+  unless refusals are heavy again (a server refusing some requests whatever the rate would
+  otherwise ratchet the rate down); heavy refusals cut deeper each time in a row. Past four
+  times ``W`` with no refusal, pacing by measurement ends.
+* **Retry-After.** It counts whole seconds: ``1`` says a slot frees within the second, which the
+  schedule spaces requests for already; the refused request waits it, the others keep their
+  places. A longer one is a pause the server asks for: nothing leaves before it ends, then the
+  schedule resumes, one request at a time.
+* **Announced limits** (:func:`announced_limits`). OpenAI's ``x-ratelimit-*`` and Anthropic's
+  ``anthropic-ratelimit-*`` headers say the limits (per minute) and what is left: requests are
+  paced at 0.95 of the announced request rate, and of the token rate divided by the tokens a
+  request asks for (its prompt, about 4 bytes a token, and ``max_tokens``), before anything is
+  refused; what the server's bucket still holds goes at once. A process that is one of several
+  (a Ray worker) keeps to its share (:func:`set_rate_share`).
+* **The first answers.** A new endpoint gets :data:`INITIAL_WINDOW` requests until its first
+  answer (at most :data:`INITIAL_HOLD_S`): a limit's refusals and headers come back before the
+  rest leave.
 
 The circuit breaker: an endpoint whose last :data:`OPEN_AFTER` (2) or more requests all
 failed without an answer (time-outs, refused or dropped connections) for at least
@@ -79,7 +89,7 @@ import math
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -88,13 +98,18 @@ from ..errors import EndpointDown
 __all__ = [
     "DEFAULT_CAP",
     "OPEN_AFTER",
+    "INITIAL_HOLD_S",
+    "INITIAL_WINDOW",
     "THROTTLE_CUT",
     "AdaptiveLimit",
+    "Announced",
     "Endpoint",
     "Gate",
     "Outcome",
     "RatePacer",
     "Ticket",
+    "announced_limits",
+    "set_rate_share",
     "shared_gate",
 ]
 
@@ -110,9 +125,18 @@ FLOOR_WINDOWS = 8
 """The floor is the lowest window latency among the last this many windows."""
 _MIN_WINDOW = 8
 _MAX_WINDOW = 64
-_PAUSE_BASE = 0.5
-_MIN_RATE_SPAN = 0.25  # seconds: a shorter span between two pauses measures no rate
-_PAUSE_MAX = 30.0
+INITIAL_WINDOW = 16
+"""Requests sent to a new endpoint before its first answer (or :data:`INITIAL_HOLD_S`), as TCP's
+initial window: a rate limiter's refusals and announced limits come back before the rest leave."""
+INITIAL_HOLD_S = 0.1
+"""Seconds the initial window holds the rest at most (a refusal comes back within a network round trip)."""
+RAMP_EXIT = 0.8
+"""W as a fraction of the rate the ramp was refused at (the cubic then starts at ``beta * W``)."""
+RAMP_START = 5.0
+"""Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.2 s)."""
+_RAMP_MAX = 10_000.0  # requests/s: a ramp that got this far without a refusal found no limit
+_SHARE_OF = 32  # answers whose share of refusals says whether a rate limit is passed
+_HEAVY_SHARE = 0.25  # the share of refusals that does
 
 
 class Outcome(Enum):
@@ -123,7 +147,7 @@ class Outcome(Enum):
     ERROR = "error"
     """An HTTP error other than 429/503, or an unreadable reply: the server is alive."""
     THROTTLE = "throttle"
-    """429 or 503: the limit halves, the endpoint pauses."""
+    """429 or 503: the endpoint is paced (a long Retry-After pauses it)."""
     TIMEOUT = "timeout"
     """No complete answer within the request timeout: the limit halves; counts toward the breaker."""
     UNREACHABLE = "unreachable"
@@ -218,6 +242,10 @@ class AdaptiveLimit:
         if len(self._window) >= min(_MAX_WINDOW, max(_MIN_WINDOW, self.allowed)):
             self._close_window()
 
+    def leave_slow_start(self) -> None:
+        """A rate limit's refusal: stop following demand, keep the limit (the pacer holds the rate)."""
+        self.slow_start = False
+
     def dropped(self, epoch: int, factor: float = 0.5, *, step: bool = False) -> None:
         """A 429/503/time-out for a request sent at ``epoch``: multiply by ``factor``, once per epoch.
 
@@ -287,80 +315,300 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-class RatePacer:
-    """The send rate after a throttle: CUBIC (RFC 8312) on requests/s; see the module docstring.
+@dataclass(frozen=True, slots=True)
+class Announced:
+    """The rate limits a server announced in its response headers (per second, from per minute).
 
-    Inactive (``rate is None``) until :meth:`throttled` measures a rate; then :meth:`wait`
-    says how long until the next request may go and :meth:`take` spends the right to one.
-    A token bucket of a tenth of a second's worth (at least one request) at the current rate.
-
-    Args:
-        beta: the rate right after a throttle, as a fraction of the measured one.
-        scale: the cubic's constant C (requests/s per second cubed).
-        release: pacing stops when the rate reaches this times the measured one.
+    OpenAI sends ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``; Anthropic
+    ``anthropic-ratelimit-{requests,tokens,input-tokens}-{limit,remaining,reset}``. Both state
+    their limits per minute (OpenAI's and Anthropic's documentation), so a limit of 3,000 is 50
+    requests/s; ``remaining`` is what the server's bucket holds now.
     """
 
-    __slots__ = ("beta", "k", "release", "scale", "since", "stamp", "tokens", "w_max")
+    requests_per_s: float | None = None
+    """The announced request rate (the limit over 60 s), or None."""
+    requests_remaining: int | None = None
+    """Requests the server's bucket held when it answered, or None."""
+    tokens_per_s: float | None = None
+    """The announced token rate (the limit over 60 s), or None."""
+    tokens_remaining: int | None = None
+    """Tokens the server's bucket held when it answered, or None."""
 
-    def __init__(self, beta: float = 0.7, scale: float = 0.4, release: float = 4.0) -> None:
+    def describe(self) -> str:
+        """``"50 requests/s, 10,000 tokens/s announced"``, for progress lines and records."""
+        parts = []
+        if self.requests_per_s is not None:
+            parts.append(f"{self.requests_per_s:,.4g} requests/s")
+        if self.tokens_per_s is not None:
+            parts.append(f"{self.tokens_per_s:,.6g} tokens/s")
+        return ", ".join(parts) + " announced"
+
+
+_ANNOUNCE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+
+
+def _number(headers: Mapping[str, str], *names: str) -> float | None:
+    for name in names:
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if math.isfinite(number) and number >= 0:
+            return number
+    return None
+
+
+def announced_limits(headers: Mapping[str, str] | None) -> Announced | None:
+    """The rate limits in a response's headers (OpenAI's or Anthropic's), or None when there are none.
+
+    Args:
+        headers: the response headers, a case-insensitive mapping (aiohttp's, httpx's).
+    """
+    if not headers:
+        return None
+    requests = _number(headers, "x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit")
+    tokens = _number(
+        headers,
+        "x-ratelimit-limit-tokens",
+        "anthropic-ratelimit-tokens-limit",
+        "anthropic-ratelimit-input-tokens-limit",
+    )
+    if requests is None and tokens is None:
+        return None
+    left = _number(headers, "x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining")
+    tokens_left = _number(
+        headers,
+        "x-ratelimit-remaining-tokens",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-remaining",
+    )
+    return Announced(
+        requests_per_s=requests / 60.0 if requests else None,
+        requests_remaining=int(left) if left is not None else None,
+        tokens_per_s=tokens / 60.0 if tokens else None,
+        tokens_remaining=int(tokens_left) if tokens_left is not None else None,
+    )
+
+
+_RATE_SHARE = [1.0]  # this process's share of announced limits (set_rate_share)
+
+
+def set_rate_share(fraction: float) -> None:
+    """This process's share of every rate limit a server announces (a Ray worker's: ``1 / workers``).
+
+    Every process sending to one endpoint reads the same headers; together they keep to them
+    only if each paces at its share.
+
+    Raises:
+        ValueError: ``fraction`` is not in (0, 1].
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"a rate share is in (0, 1], got {fraction}")
+    _RATE_SHARE[0] = fraction
+
+
+class RatePacer:
+    """The send schedule of an endpoint that limits its rate; see the module docstring.
+
+    Requests leave one at a time on a schedule (GCRA: each send moves the next one's earliest
+    time ``1 / rate`` later), never as a burst. The rate is the smaller of what the server
+    announced (:meth:`announce`, times ``margin``) and what refusals measured (:meth:`refused`):
+    a *ramp* doubling every ``ramp_s`` seconds until the first refusal, then TCP CUBIC's curve
+    (RFC 8312) in requests/s: ``beta * W`` right after a refusal at rate ``W``, back at ``W``
+    after ``k_s`` seconds, flat near it, then probing above; past ``release * W`` with no
+    refusal, pacing by measurement ends.
+
+    Args:
+        beta: the rate right after a refusal, as a fraction of the rate it was sent at.
+        k_s: seconds the cubic takes to return to the refused rate.
+        release: pacing by measurement stops when the rate reaches this times the refused one.
+        ramp_s: while ramping, the rate doubles every this many seconds.
+        margin: the fraction of an announced rate moot sends at (clocks and jitter differ).
+    """
+
+    def __init__(
+        self,
+        beta: float = 0.9,
+        k_s: float = 1.5,
+        release: float = 4.0,
+        ramp_s: float = 0.2,
+        margin: float = 0.95,
+    ) -> None:
         self.beta = beta
-        self.scale = scale
+        self.k_s = k_s
         self.release = release
+        self.ramp_s = ramp_s
+        self.margin = margin
         self.w_max: float | None = None
-        """The rate measured at the last throttle (requests/s); None: not pacing."""
-        self.k = 0.0
-        self.since = 0.0  # when the cubic's clock starts (the pause's end)
-        self.tokens = 0.0
-        self.stamp = 0.0
+        """The rate of the last refusal (requests/s); None: no refusal measured one."""
+        self.ramping = False
+        """True between the first burst of refusals and the first refusal while paced."""
+        self.since = 0.0
+        """When the current ramp or cubic began (and the earliest time anything is sent)."""
+        self.start_rate = 1.0
+        self.next_at = 0.0
+        """The schedule: the earliest time the next request may leave."""
+        self.cut_at = float("-inf")
+        """When the rate was last cut: refusals of requests sent before it are not counted again."""
+        self.random_share = 0.0
+        """The share of requests the server refuses whatever the rate, once measured."""
+        self._below = [0, 0]  # answers and refusals to requests sent while climbing back, since the cut
+        self._above = [0, 0]  # the same at or above the refused rate
+        self.cuts_in_row = 0
+        """Cuts since a request sent after a cut was last served."""
+        self.announced: Announced | None = None
+        """The limits the server announced last."""
+        self.allowance = 0.0
+        """Requests the server's announced bucket still holds for us: sent without waiting."""
+        self.tokens_per_request = 0.0
+        """The mean tokens a request asks for (prompt estimate plus max_tokens), once known."""
+
+    def climbing(self, now: float) -> bool:
+        """True while the rate climbs back to the one refused last (the cubic's first ``k_s`` seconds)."""
+        return self.w_max is not None and not self.ramping and now - self.since < self.k_s
+
+    def answered(self, below: bool, refused: bool) -> None:
+        """Count an answer to a request sent below (climbing back) or at/above the refused rate."""
+        counts = self._below if below else self._above
+        counts[0] += 1
+        counts[1] += refused
 
     @property
     def active(self) -> bool:
         """True while requests are paced."""
-        return self.w_max is not None
+        return self.ramping or self.w_max is not None or self._announced_rate() is not None
 
-    def throttled(self, measured: float, resume_at: float, now: float) -> None:
-        """A throttle after ``measured`` requests/s were served; sending resumes at ``resume_at``."""
-        current = self.rate(now)
-        w = measured if current is None else min(measured, max(current, self.beta * measured))
-        self.w_max = max(w, 0.1)
-        self.k = (self.w_max * (1 - self.beta) / self.scale) ** (1 / 3)
-        self.since = self.stamp = resume_at
-        self.tokens = 1.0
+    def _announced_rate(self) -> float | None:
+        a = self.announced
+        if a is None:
+            return None
+        rates = []
+        if a.requests_per_s is not None:
+            rates.append(a.requests_per_s)
+        if a.tokens_per_s is not None and self.tokens_per_request > 0:
+            rates.append(a.tokens_per_s / self.tokens_per_request)
+        return self.margin * _RATE_SHARE[0] * min(rates) if rates else None
+
+    def _measured_rate(self, now: float) -> float | None:
+        t = max(0.0, now - self.since)
+        if self.ramping:
+            rate: float = self.start_rate * 2.0 ** (t / self.ramp_s)
+            if rate < _RAMP_MAX:
+                return rate
+            self.ramping = False  # no refusal however fast: no rate limit to pace for
+            return None
+        if self.w_max is None:
+            return None
+        c = (1.0 - self.beta) / self.k_s**3
+        rate = self.w_max * (1.0 + c * (t - self.k_s) ** 3)
+        if rate >= self.release * self.w_max:
+            self.w_max = None  # the server allows far more than it did: stop pacing by measurement
+            return None
+        return max(rate, 0.1)
 
     def rate(self, now: float) -> float | None:
         """The allowed send rate now (requests/s), or None when not pacing."""
-        if self.w_max is None:
-            return None
-        t = max(0.0, now - self.since)
-        rate = self.w_max + self.scale * (t - self.k) ** 3
-        return rate if rate < self.release * self.w_max else None
-
-    def _refill(self, now: float) -> float:
-        rate = self.rate(now)
-        if rate is None:
-            self.w_max = None  # the server allows far more than it did: stop pacing
-            return 0.0
-        if now > self.stamp:
-            self.tokens = min(max(1.0, rate / 10), self.tokens + (now - self.stamp) * rate)
-            self.stamp = now
-        return rate
+        measured = self._measured_rate(now)
+        announced = self._announced_rate()
+        if measured is None:
+            return announced
+        return measured if announced is None else min(measured, announced)
 
     def wait(self, now: float) -> float:
         """Seconds until one more request may be sent (0: now, or not pacing)."""
-        if self.w_max is None:
-            return 0.0
         if now < self.since:
-            return self.since - now  # the pause that started it has not ended
-        rate = self._refill(now)
-        if self.w_max is None or self.tokens >= 1.0:
+            return self.since - now  # a long Retry-After: the schedule starts after it
+        if self.allowance >= 1.0 or self.rate(now) is None:
             return 0.0
-        return max(self.stamp - now, 0.0) + (1.0 - self.tokens) / rate
+        return max(0.0, self.next_at - now)
 
-    def take(self, now: float) -> None:
-        """Spend the right to one request (call when :meth:`wait` is 0)."""
-        if self.w_max is not None:
-            self._refill(now)
-            self.tokens -= 1.0
+    def take(self, now: float, tokens: float = 0.0) -> None:
+        """Spend the right to one request asking for about ``tokens`` tokens (call when :meth:`wait` is 0)."""
+        if tokens > 0:
+            n = self.tokens_per_request
+            self.tokens_per_request = tokens if n == 0 else 0.9 * n + 0.1 * tokens
+        rate = self.rate(now)
+        if rate is None:
+            return
+        if self.allowance >= 1.0:
+            self.allowance -= 1.0  # the server's bucket has room: no need to wait for the schedule
+            return
+        self.next_at = max(self.next_at, now) + 1.0 / rate
+
+    def refused(
+        self,
+        now: float,
+        sent_at: float,
+        sent_rate: float | None,
+        pause_s: float = 0.0,
+        *,
+        heavy: bool = True,
+        served_rate: float = 0.0,
+    ) -> None:
+        """A 429/503's refusal of a request sent at ``sent_at`` while the rate was ``sent_rate``.
+
+        Args:
+            now: when the refusal arrived.
+            sent_at: when the refused request left.
+            sent_rate: the paced rate it left at (None: not paced).
+            pause_s: a Retry-After longer than its one-second resolution, which the schedule waits out.
+            heavy: refusals are a large share of the latest answers (a rate limit well passed).
+            served_rate: requests/s answered over the last second (where a ramp starts).
+        """
+        self.allowance = 0.0
+        if sent_at < self.cut_at:
+            return  # sent before the last cut: that cut already answers it
+        if self.w_max is not None and not heavy and now - self.since < self.k_s:
+            # Still climbing back to the rate refused last: a lone refusal here says nothing new
+            # (a server refusing some requests whatever the rate would otherwise ratchet it to 0).
+            return
+        below, above = self._below, self._above
+        if (
+            not heavy
+            and below[0] >= 32
+            and below[1] >= 0.05 * below[0]
+            and below[1] / below[0] >= 0.5 * above[1] / max(1, above[0])
+        ):
+            # Refused as often below the refused rate as above it: the refusals do not depend on
+            # the rate (a server that refuses a share of all requests). No limit to pace for.
+            self.w_max, self.ramping = None, False
+            self.random_share = below[1] / below[0]
+            self._below, self._above = [0, 0], [0, 0]
+            return
+        self._below, self._above = [0, 0], [0, 0]
+        self.cut_at = now
+        if sent_rate is None or (self.w_max is None and not self.ramping):
+            # Not paced yet: nothing says what the server allows. Ramp up from what it served.
+            self.ramping, self.start_rate = True, max(RAMP_START, 0.5 * served_rate)
+        else:
+            # A ramp doubles its rate, so it may have gone past the limit by up to twice (more where
+            # a deep bucket hid the limit for a while): leaving it, W is a fraction of the refused rate.
+            # Refused again before anything sent after the last cut was served: the rate is still
+            # far above the limit, so each cut in a row goes deeper (beta, beta^2, beta^4, ...).
+            deeper = self.beta ** (2 ** min(self.cuts_in_row, 2) - 1)
+            self.cuts_in_row += 1
+            self.w_max = max(sent_rate * deeper * (RAMP_EXIT if self.ramping else 1.0), 0.1)
+            self.ramping = False
+        self.since = now + pause_s
+        # The refusal says the server's bucket is empty now: the next request leaves one interval
+        # of the new rate later (a burst that drained the bucket is not refused again at once).
+        first = self.rate(self.since) or RAMP_START
+        self.next_at = max(self.next_at, self.since + 1.0 / first)
+
+    def announce(self, announced: Announced, pending: int) -> None:
+        """The server announced its limits; ``pending``: requests sent since the answer's request left."""
+        self.announced = announced
+        share = _RATE_SHARE[0]
+        if announced.requests_remaining is not None:
+            self.allowance = max(0.0, announced.requests_remaining * share - pending - 1.0)
+        if announced.tokens_remaining is not None and self.tokens_per_request > 0:
+            self.allowance = min(
+                self.allowance,
+                max(0.0, announced.tokens_remaining * share / self.tokens_per_request - pending - 1.0),
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +620,12 @@ class Ticket:
     epoch: int
     in_flight: int
     probe: bool = False
+    rate: float | None = None
+    """The paced rate (requests/s) when it was sent; None: not paced."""
+    seq: int = 0
+    """Its number among the endpoint's requests (1 for the first)."""
+    below: bool = False
+    """Sent while the pacer climbed back to the rate refused last (below it)."""
 
 
 class Endpoint:
@@ -413,8 +667,12 @@ class Endpoint:
         """Answers of any kind so far (errors included)."""
         self.sent_total = 0
         """Requests sent so far."""
-        self._throttle_run = 0
-        self._paused_at = float("-inf")  # when the last pause began
+        self._throttle_run = 0  # 429/503s in a row, with no answer between them
+        self._first_sent_at: float | None = None
+        self._refusals: deque[bool] = deque(maxlen=_SHARE_OF)  # the latest answers: refused or not
+        self._served_at: deque[float] = deque()  # when the answers of the last second came
+        self._sent_at: deque[float] = deque()  # when the requests of the last second left
+        self._announce_seq = 0  # the newest request whose answer announced limits
         self._unanswered = 0  # requests failed without an answer since the last answer
         self._unanswered_since: float | None = None  # when the first of them was sent
         self._open_until: float | None = None
@@ -423,10 +681,7 @@ class Endpoint:
         self.reason: str | None = None
         """Why the circuit is open (None: closed)."""
         self.pacer = RatePacer()
-        """The send rate after a throttle (CUBIC; inactive until the first 429/503 pause)."""
-        self._served = 0  # answers that were not 429/503
-        self._burst_measured = True  # the current pause's burst measured the rate already
-        self._rate_from: tuple[float, int] | None = None  # (time, _served) the rate is measured from
+        """The send schedule (inactive until a burst of 429/503s or an announced limit)."""
 
     # -- state ------------------------------------------------------------------------------
     def check(self) -> None:
@@ -455,16 +710,30 @@ class Endpoint:
         if self.reason is not None:
             assert self._open_until is not None
             return not self._probing and self.clock() >= self._open_until
-        if self.paused_until > self.clock():
+        now = self.clock()
+        if self.paused_until > now:
             return False
-        if self.pacer.w_max is not None and self.pacer.wait(self.clock()) > 0:
+        if self.pacer.active and self.pacer.wait(now) > 0:
+            return False
+        if self._holding(now) > 0:
             return False
         return self.limit.room(self.in_flight)
+
+    def _holding(self, now: float) -> float:
+        """Seconds the initial window still holds further requests (0: it does not)."""
+        if (
+            self.answers
+            or self._first_sent_at is None
+            or self.in_flight < INITIAL_WINDOW
+            or not self.limit.adaptive
+        ):
+            return 0.0
+        return max(0.0, self._first_sent_at + INITIAL_HOLD_S - now)
 
     def wait_left(self) -> float:
         """Seconds until the pause ends and the pacer lets one request go (0: now)."""
         now = self.clock()
-        return max(self.paused_until - now, self.pacer.wait(now))
+        return max(self.paused_until - now, self.pacer.wait(now), self._holding(now))
 
     def load(self) -> float:
         """In flight over the limit: routing prefers the endpoint with the most room."""
@@ -472,24 +741,55 @@ class Endpoint:
         return self.in_flight / (limit.cap if limit.slow_start else limit.allowed)
 
     # -- events -----------------------------------------------------------------------------
-    def take(self) -> Ticket:
-        """Count one request sent (call only when :meth:`room` is True)."""
+    def take(self, tokens: float = 0.0) -> Ticket:
+        """Count one request sent (call only when :meth:`room` is True).
+
+        Args:
+            tokens: about how many tokens it asks for (prompt and ``max_tokens``; 0: unknown),
+                counted against a token rate the server announced.
+        """
         self.in_flight += 1
         self.sent_total += 1
         probe = False
         if self.reason is not None:
             self._probing = probe = True
         now = self.clock()
-        if self._rate_from is None:
-            self._rate_from = (now, self._served)
-        if self.pacer.w_max is not None:
-            self.pacer.take(now)
-        return Ticket(self, now, self.limit.sent(self.in_flight), self.in_flight, probe)
+        if self._first_sent_at is None:
+            self._first_sent_at = now
+        rate = self.pacer.rate(now) if self.pacer.active else None
+        sent = self._sent_at
+        sent.append(now)
+        while sent[0] < now - 1.0:
+            sent.popleft()
+        if rate is not None and self._first_sent_at <= now - 1.0:
+            # The rate it actually left at: fewer requests than the schedule allows may be ready
+            # (callers waiting their Retry-After), and a refusal says something of that rate only.
+            rate = min(rate, float(len(sent)))
+        below = self.pacer.climbing(now)
+        self.pacer.take(now, tokens)
+        epoch = self.limit.sent(self.in_flight)
+        return Ticket(self, now, epoch, self.in_flight, probe, rate, self.sent_total, below)
 
-    def finish(self, ticket: Ticket, outcome: Outcome, retry_after: float | None = None) -> None:
-        """Count a request finished with ``outcome`` (``retry_after``: the server's pause, seconds)."""
+    def finish(
+        self,
+        ticket: Ticket,
+        outcome: Outcome,
+        retry_after: float | None = None,
+        announced: Announced | None = None,
+    ) -> None:
+        """Count a request finished with ``outcome``.
+
+        Args:
+            ticket: the request's ticket.
+            outcome: how it ended.
+            retry_after: the server's ``Retry-After`` on a 429/503, seconds.
+            announced: the limits the answer's headers announced (:func:`announced_limits`).
+        """
         self.in_flight -= 1
         now = self.clock()
+        if announced is not None and ticket.seq >= self._announce_seq:
+            self._announce_seq = ticket.seq  # an older answer's numbers are staler than this one's
+            self.pacer.announce(announced, self.sent_total - ticket.seq)
         if ticket.probe:
             self._probing = False
         if outcome is Outcome.CANCELLED:
@@ -507,43 +807,53 @@ class Endpoint:
             self.reason = self._open_until = None
             self._open_count = 0
         if outcome is Outcome.THROTTLE:
-            self.throttled += 1
-            self.limit.dropped(ticket.epoch, THROTTLE_CUT, step=True)
-            if ticket.sent_at <= self._paused_at:
-                # Sent before the current pause began: that pause already answers it. A second
-                # 429 of one burst is a rate limit's mark (a server refusing one request now and
-                # then refuses them one at a time): measure the rate and pace from it.
-                if not self._burst_measured:
-                    self._burst_measured = True
-                    self._measure_rate(self._paused_at)
-                return
-            self._throttle_run += 1
-            if retry_after is None:
-                retry_after = min(_PAUSE_MAX, _PAUSE_BASE * 2 ** (self._throttle_run - 1))
-            self._paused_at = now
-            self.paused_until = max(self.paused_until, now + max(0.0, retry_after))
-            self._burst_measured = False
+            self._throttled(ticket, now, retry_after)
             return
-        self._served += 1
         self._throttle_run = 0
+        self._refusals.append(False)
+        if ticket.sent_at >= self.pacer.cut_at:
+            self.pacer.answered(ticket.below, refused=False)
+        served = self._served_at
+        served.append(now)
+        while served[0] < now - 1.0:
+            served.popleft()
+        if ticket.sent_at >= self.pacer.cut_at:
+            self.pacer.cuts_in_row = 0  # the rate after the last cut is served
         if outcome is Outcome.ANSWER:
             self.limit.answered(now - ticket.sent_at, ticket.epoch, ticket.in_flight)
 
-    def _measure_rate(self, now: float) -> None:
-        """A new pause: pace from the rate served since the last decrease (module docstring)."""
+    def _throttled(self, ticket: Ticket, now: float, retry_after: float | None) -> None:
+        """A 429/503: pace, never pause the endpoint and release everyone at once (module docstring)."""
+        self.throttled += 1
+        self._throttle_run += 1
+        # A rate limit is the pacer's to answer: cutting the concurrency limit as well left one
+        # request in flight against a limiter with little burst (issue 34: 26.6 s for a 10 s job).
+        self.limit.leave_slow_start()
+        # Retry-After counts whole seconds: "1" says a slot frees within the second, which the
+        # schedule already spaces requests for. A longer one is a pause the server asks for.
+        pause = retry_after if retry_after is not None and retry_after > 1.0 else 0.0
+        if pause:
+            self.paused_until = max(self.paused_until, now + pause)
+        # A rate limit refuses every request beyond it, so its refusals are a large share of the
+        # answers, or come in a row; a server refusing a request now and then is not paced.
+        self._refusals.append(True)
         pacer = self.pacer
-        if pacer.w_max is not None and now - pacer.since < pacer.k:
-            # Still below the rate measured last: a 429 here says nothing new about the rate (a
-            # server refusing some requests whatever the rate would otherwise ratchet it to 0).
-            return
-        start = self._rate_from
-        self._rate_from = (now, self._served)
-        if start is None:
-            return
-        elapsed, served = now - start[0], self._served - start[1]
-        # The first burst's 429s come back before any answer: nothing measured yet.
-        if elapsed >= _MIN_RATE_SPAN and served > 0:
-            pacer.throttled(served / elapsed, self.paused_until, now)
+        if ticket.sent_at >= pacer.cut_at:
+            pacer.answered(ticket.below, refused=True)
+        # Heavy: a quarter of the latest answers refused, beyond what the server refuses whatever
+        # the rate (measured when pacing found the refusals did not depend on the rate).
+        share = sum(self._refusals) / _SHARE_OF
+        # Or refused several times in a row with nothing served between (with many in flight, a
+        # few in a row happen by chance at a server that refuses a share of all requests).
+        heavy = share >= _HEAVY_SHARE + pacer.random_share or self._throttle_run >= max(3, self.in_flight / 4)
+        if heavy or pacer.active:
+            served = self._served_at
+            while served and served[0] < now - 1.0:
+                served.popleft()
+            cut_at = pacer.cut_at
+            pacer.refused(now, ticket.sent_at, ticket.rate, pause, heavy=heavy, served_rate=len(served))
+            if pacer.cut_at != cut_at:
+                self._refusals.clear()  # only the answers at the new rate tell about it
 
     def _failed(self, ticket: Ticket, now: float) -> None:
         self._unanswered += 1
@@ -575,6 +885,7 @@ class Endpoint:
             "timeouts": self.timeouts,
             "open": self.reason,
             "paced": _rounded(self.pacer.rate(self.clock())),
+            "announced": self.pacer.announced.describe() if self.pacer.announced is not None else None,
         }
 
 
@@ -629,21 +940,30 @@ class Gate:
             usable.append(ep)
         return usable
 
-    def try_acquire(self, exclude: frozenset[Endpoint] | set[Endpoint] = frozenset()) -> Ticket | None:
-        """A ticket if an endpoint has room now and nobody waits, else None (no await: the fast path)."""
+    def try_acquire(
+        self, exclude: frozenset[Endpoint] | set[Endpoint] = frozenset(), tokens: float = 0.0
+    ) -> Ticket | None:
+        """A ticket if an endpoint has room now and nobody waits, else None (no await: the fast path).
+
+        ``tokens``: about how many tokens the request asks for (:meth:`Endpoint.take`).
+        """
         if self._waiters:
             return None
         ep = self._pick(exclude)
-        return ep.take() if ep is not None else None
+        return ep.take(tokens) if ep is not None else None
 
-    async def acquire(self, exclude: frozenset[Endpoint] | set[Endpoint] = frozenset()) -> Ticket:
+    async def acquire(
+        self, exclude: frozenset[Endpoint] | set[Endpoint] = frozenset(), tokens: float = 0.0
+    ) -> Ticket:
         """Wait for room at an endpoint not in ``exclude`` and take it.
+
+        ``tokens``: about how many tokens the request asks for (:meth:`Endpoint.take`).
 
         Raises:
             EndpointDown: every (not excluded) endpoint's circuit is open; the message names why.
             LookupError: ``exclude`` leaves no endpoint.
         """
-        ticket = self.try_acquire(exclude)
+        ticket = self.try_acquire(exclude, tokens)
         if ticket is not None:
             return ticket
         loop = asyncio.get_running_loop()
@@ -660,9 +980,12 @@ class Gate:
             if not queued:
                 ep = self._pick(exclude)
                 if ep is not None:
-                    ticket = ep.take()
-                    if self._waiters and ep.pacer.w_max is not None:
-                        self._arm_timer(usable)  # the next paced send
+                    ticket = ep.take(tokens)
+                    if self._waiters and ep.pacer.active:
+                        if ep.room():
+                            self._wake(1)  # the next may go at once (the announced bucket has room)
+                        else:
+                            self._arm_timer(usable)  # the next paced send
                     return ticket
             queued = False
             self._arm_timer(usable)
@@ -696,7 +1019,7 @@ class Gate:
 
     def _timer_fired(self) -> None:
         self._timer = None
-        if all(ep.pacer.w_max is not None and ep.pause_left() == 0 for ep in self.endpoints):
+        if all(ep.pacer.active and ep.pause_left() == 0 for ep in self.endpoints):
             self._wake(1)  # a paced send is due: one goes, the next arms the timer again
         else:
             self._wake(len(self._waiters))
@@ -708,15 +1031,28 @@ class Gate:
                 waiter.set_result(None)
                 n -= 1
 
-    def release(self, ticket: Ticket, outcome: Outcome, retry_after: float | None = None) -> None:
-        """Give a ticket back with how its request ended; wakes waiters that may now proceed."""
+    def release(
+        self,
+        ticket: Ticket,
+        outcome: Outcome,
+        retry_after: float | None = None,
+        announced: Announced | None = None,
+    ) -> None:
+        """Give a ticket back with how its request ended; wakes waiters that may now proceed.
+
+        ``retry_after`` and ``announced`` are what the answer's headers said
+        (``Retry-After`` in seconds; :func:`announced_limits`).
+        """
         ep = ticket.endpoint
         was_open = ep.is_open
-        ep.finish(ticket, outcome, retry_after)
+        first = ep.answers == 0
+        ep.finish(ticket, outcome, retry_after, announced)
         if not self._waiters:
             return
         if ep.is_open and not was_open:
             self._wake(len(self._waiters))  # they fail at once (or go to another endpoint)
+        elif first and ep.answers:
+            self._wake(len(self._waiters))  # the initial window's first answer: the rest may go
         elif outcome is Outcome.THROTTLE:
             self._wake(len(self._waiters))  # they re-check and wait for the pause's timer
         else:

@@ -43,7 +43,7 @@ import moot.redact as redact
 from ..errors import UsageError
 from ._grammar import check_endpoint
 from .base import _CURRENT_STATS, note_extra_request, note_not_sent
-from .limits import DEFAULT_CAP, Endpoint, Gate, Outcome, Ticket, shared_gate
+from .limits import DEFAULT_CAP, Announced, Endpoint, Gate, Outcome, Ticket, announced_limits, shared_gate
 from .transport import RawResponse, ResponseTooLarge, Transport, TransportError, parse_retry_after
 
 __all__ = ["Replica", "ReplicaPool", "split_endpoints"]
@@ -209,17 +209,20 @@ class ReplicaPool:
             return tried | resting
         return tried
 
-    async def _take(self, gate: Gate, exclude: set[Endpoint]) -> Ticket:
+    async def _take(self, gate: Gate, exclude: set[Endpoint], tokens: float) -> Ticket:
         """Wait for a ticket of an endpoint not in ``exclude`` (the time waited counts as queueing)."""
         waited = time.perf_counter()
-        ticket = await gate.acquire(exclude)
+        ticket = await gate.acquire(exclude, tokens)
         stats = _CURRENT_STATS.get()
         if stats is not None:
             stats.queue_s += time.perf_counter() - waited
         return ticket
 
-    async def post(self, transport: Transport, body: bytes) -> RawResponse:
+    async def post(self, transport: Transport, body: bytes, tokens: float = 0.0) -> RawResponse:
         """POST ``body`` to the endpoint with room, moving on to another when one refuses or drops.
+
+        ``tokens``: about how many tokens the request asks for (prompt and ``max_tokens``),
+        counted against a token rate the server announces.
 
         Raises:
             TransportError: every replica refused or dropped this request (``connect``
@@ -240,10 +243,10 @@ class ReplicaPool:
                 raise TransportError(f"all {n} endpoint(s) failed; last: {last}", connect=not reached)
             exclude = self._exclude(tried)
             # Room at once (the usual case) needs no coroutine of its own.
-            ticket = gate.try_acquire(exclude)
+            ticket = gate.try_acquire(exclude, tokens)
             if ticket is None:
                 try:
-                    ticket = await self._take(gate, exclude)
+                    ticket = await self._take(gate, exclude, tokens)
                 except asyncio.CancelledError:
                     if not resend_counts:  # the attempt counted for this request: nothing was sent
                         note_not_sent()
@@ -253,8 +256,10 @@ class ReplicaPool:
                 note_extra_request()
             tried.add(ticket.endpoint)
             outcome, retry_after = Outcome.CANCELLED, None
+            announced: Announced | None = None
             try:
                 raw = await transport.post(replica.url, body)
+                announced = announced_limits(raw.headers)
                 if raw.status in (429, 503):
                     outcome, retry_after = Outcome.THROTTLE, parse_retry_after(raw.headers)
                 else:
@@ -273,7 +278,7 @@ class ReplicaPool:
                 last = err
                 continue
             finally:
-                gate.release(ticket, outcome, retry_after)
+                gate.release(ticket, outcome, retry_after, announced)
             replica.failures = 0
             return raw
 

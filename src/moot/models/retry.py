@@ -133,8 +133,10 @@ async def call_model(
             return response
         except ModelError as err:
             if is_throttle(err):
-                # Waiting out a rate limit is not a failure while the budget lasts.
-                wait = round(model.pause_left(), 3)
+                # Waiting out a rate limit is not a failure while the budget lasts. The refused
+                # request waits its own Retry-After; the endpoint's pacer spaces everyone else.
+                own = err.retry_after if isinstance(err, ModelHTTPError) and err.retry_after else 0.0
+                wait = round(max(model.pause_left(), min(own, policy.max_delay)), 3)
                 spent = time.monotonic() - started
                 if spent + wait > policy.throttle_budget:
                     raise RateLimited(spent, err, model=model.name) from err

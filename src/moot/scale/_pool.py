@@ -230,7 +230,8 @@ async def worker_pool(
     """A started :class:`WorkerPool` (``options.workers``, else one per CPU of the cluster), closed after.
 
     A cap of requests in flight (``source.max_concurrency``) is per endpoint: each worker gets
-    its share, ``ceil(cap / workers)``. Each worker asks for :func:`cpus_per_worker` CPUs, so on
+    its share, ``ceil(cap / workers)``, and of an announced rate limit ``1 / workers``. Each worker
+    asks for :func:`cpus_per_worker` CPUs, so on
     a cluster started for the run fewer workers than CPUs still use them all (an in-process
     model sizes its threads by its share, see :class:`ModelSource`).
     """
@@ -238,6 +239,8 @@ async def worker_pool(
     if source.max_concurrency is not None:
         # A cap is per endpoint, and every worker sends to it: each takes its share (rounded up).
         source = dataclasses.replace(source, max_concurrency=-(-source.max_concurrency // workers))
+    # So is a rate limit the server announces: each worker paces at its share of it.
+    source = dataclasses.replace(source, rate_share=1.0 / workers)
     pool = WorkerPool(ray, source, job, workers, options, cpus=cpus_per_worker(ray, workers, options))
     try:
         await pool.start()

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import MootError, RunError
 from ..models import register_provider, resolve_model
 from ..models.base import Model
+from ..models.limits import set_rate_share
 from ..models.local import default_threads
 
 __all__ = ["Failed", "Job", "ModelSource", "Worker"]
@@ -37,6 +38,8 @@ class ModelSource:
             ``--model-concurrency`` (:func:`~moot.scale.worker_pool` divides it among the
             workers); a smaller cap of the model's own (``?max_concurrency=N``) still applies.
             None: the backend's own.
+        rate_share: this worker's share of a rate limit the server announces (``1 / workers``:
+            every worker reads the same headers, and together they must keep to them).
         cpus: the CPUs the worker was given; an in-process model sizes its threads by them as
             a plain process does by the machine's (decoding with half, reading prompts with
             all: ``MOOT_LLAMA_THREADS``/``MOOT_LLAMA_BATCH_THREADS``, unless set already or
@@ -47,6 +50,7 @@ class ModelSource:
     factory: Callable[[], Model] | None = None
     providers: dict[str, Callable[[str], Model]] = field(default_factory=dict)
     max_concurrency: int | None = None
+    rate_share: float = 1.0
     cpus: int | None = None
 
     def build(self) -> Model:
@@ -58,6 +62,7 @@ class ModelSource:
             decode, read = default_threads(self.cpus)
             os.environ.setdefault("MOOT_LLAMA_THREADS", str(decode))
             os.environ.setdefault("MOOT_LLAMA_BATCH_THREADS", str(read))
+        set_rate_share(self.rate_share)
         for name, provider in self.providers.items():
             register_provider(name, provider)
         model = self.factory() if self.factory is not None else resolve_model(self.spec)

@@ -1,0 +1,267 @@
+"""Rate limits of every shape: ``moot bench`` at its defaults beside the plain openai SDK's retries.
+
+Run: ``python bench/rate_limits.py [--n 500] [--concurrency 100] [--rate 50] [--latency 0.2]
+[--shapes bucket1-ra,...] [--json FILE]``.
+
+An OpenAI-compatible server on 127.0.0.1 (aiohttp, in a thread) answers after ``--latency``
+seconds behind one of the rate limiters real deployments put in front of a model, each of
+``--rate`` requests/s (so ``n / rate`` seconds is the floor of any client):
+
+* ``bucket1-ra`` / ``bucket1``: a token bucket one second deep, 429 with ``Retry-After: 1`` / none;
+* ``bucket0.2-ra`` / ``bucket0.2``: a token bucket 0.2 s deep;
+* ``noburst-ra``: one request every ``1/rate`` s and no burst (a GCRA, as nginx's ``limit_req``
+  without ``burst``), 429 with ``Retry-After: 1``;
+* ``noburst-503``: the same answering 503 without ``Retry-After`` (nginx's default);
+* ``announced``: the 0.2 s bucket announcing its limit in OpenAI's headers on every answer
+  (``x-ratelimit-limit-requests`` per minute, ``-remaining-requests``, ``-reset-requests``);
+* ``tokens``: a token-per-minute limit announced the same way (``x-ratelimit-*-tokens``), with
+  ``--rate`` requests/s worth of tokens for this bench's requests (~200 tokens each).
+
+For each shape, in the same run: ``moot bench --task arithmetic --methods single --n N
+--concurrency C --model openai:...`` as a user types it (a subprocess, at its defaults), then the
+peer: ``AsyncOpenAI(max_retries=20)``, C requests at a time, the SDK's own backoff honouring
+``Retry-After``. Each row gives the wall time, requests served and refused (the server's counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+HERE = Path(__file__).resolve().parent
+SHAPES = [
+    "bucket1-ra",
+    "bucket1",
+    "bucket0.2-ra",
+    "bucket0.2",
+    "noburst-ra",
+    "noburst-503",
+    "announced",
+    "tokens",
+]
+
+
+class Limiter:
+    """One shape of rate limit (the module docstring); thread-safe enough for one event loop."""
+
+    def __init__(self, shape: str, rate: float, tokens_per_request: float) -> None:
+        self.shape = shape
+        self.rate = rate
+        self.depth = {"bucket1-ra": 1.0, "bucket1": 1.0, "announced": 0.2, "tokens": 0.2}.get(shape, 0.2)
+        self.noburst = shape.startswith("noburst")
+        self.per = tokens_per_request if shape == "tokens" else 1.0
+        self.cap = max(self.per, rate * self.per * self.depth)
+        self.level = self.cap
+        self.stamp = time.monotonic()
+        self.tat = self.stamp
+        self.served = 0
+        self.refused = 0
+
+    def take(self, cost: float) -> tuple[bool, dict[str, str]]:
+        now = time.monotonic()
+        if self.noburst:
+            ok = now >= self.tat
+            if ok:
+                self.tat = max(self.tat, now) + 1.0 / self.rate
+            left = 1.0 if ok else 0.0
+        else:
+            self.level = min(self.cap, self.level + (now - self.stamp) * self.rate * self.per)
+            self.stamp = now
+            ok = self.level >= cost
+            if ok:
+                self.level -= cost
+            left = self.level
+        headers: dict[str, str] = {}
+        if self.shape == "announced":
+            headers = {
+                "x-ratelimit-limit-requests": str(int(self.rate * 60)),
+                "x-ratelimit-remaining-requests": str(int(left)),
+                "x-ratelimit-reset-requests": f"{(self.cap - left) / self.rate:.3f}s",
+            }
+        elif self.shape == "tokens":
+            headers = {
+                "x-ratelimit-limit-tokens": str(int(self.rate * self.per * 60)),
+                "x-ratelimit-remaining-tokens": str(int(left)),
+                "x-ratelimit-reset-tokens": f"{(self.cap - left) / (self.rate * self.per):.3f}s",
+            }
+        if ok:
+            self.served += 1
+        else:
+            self.refused += 1
+            if self.shape.endswith("-ra") or self.shape in ("announced", "tokens"):
+                headers["Retry-After"] = "1"
+        return ok, headers
+
+
+def _cost(body: dict[str, Any]) -> float:
+    """What an OpenAI-style token limit counts for a request: the prompt (~4 chars a token) + max_tokens."""
+    chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+    return chars / 4 + float(body.get("max_tokens") or 0)
+
+
+class Server:
+    """The model server behind a :class:`Limiter`, on 127.0.0.1, in a thread of its own."""
+
+    def __init__(self, shape: str, rate: float, latency: float, tokens_per_request: float) -> None:
+        self.limiter = Limiter(shape, rate, tokens_per_request)
+        self.latency = latency
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        ok, headers = self.limiter.take(_cost(body) if self.limiter.shape == "tokens" else 1.0)
+        if not ok:
+            status = 503 if self.limiter.shape == "noburst-503" else 429
+            return web.json_response({"error": {"message": "rate limited"}}, status=status, headers=headers)
+        await asyncio.sleep(self.latency)
+        reply = {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "m"),
+            "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "42"}}
+            ],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 1, "total_tokens": 51},
+        }
+        return web.json_response(reply, headers=headers)
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self.runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=4096)
+        await site.start()
+        port = self.runner.addresses[0][1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self.start(), self.loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.runner is not None:
+            asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def run_moot(url: str, n: int, concurrency: int, timeout_s: float) -> dict[str, Any]:
+    moot = Path(sys.executable).with_name("moot")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            str(moot), "bench", "--task", "arithmetic", "--methods", "single", "--n", str(n),
+            "--concurrency", str(concurrency), "--no-plots", "--model", f"openai:m?base_url={url}",
+            "--out", tmp, "--store", f"{tmp}/runs.db",
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env.setdefault("OPENAI_API_KEY", "sk-bench")
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+            code: int | str = proc.returncode
+            tail = proc.stderr.strip().splitlines()[-1:] if proc.returncode else []
+        except subprocess.TimeoutExpired:
+            code, tail = "timeout", []
+        wall = time.perf_counter() - started
+        units = 0
+        results = Path(tmp, "results.jsonl")
+        if results.exists():
+            units = sum(1 for line in results.read_text().splitlines() if line.strip())
+    return {"wall_s": round(wall, 2), "exit": code, "units": units, "stderr": tail}
+
+
+async def _sdk(url: str, n: int, concurrency: int) -> int:
+    from openai import AsyncOpenAI, RateLimitError  # the peer: what a user writes without moot
+
+    client = AsyncOpenAI(base_url=url, api_key="sk-bench", max_retries=20)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(n):
+        queue.put_nowait(i)
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        while not queue.empty():
+            i = queue.get_nowait()
+            prompt = f"What is {i} + {i}? Answer with the number only."
+            try:
+                await client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": prompt}]
+                )
+            except RateLimitError:
+                continue  # still refused after its 20 retries: a unit lost, as the SDK leaves it
+            done += 1
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        await client.close()
+    return done
+
+
+def run_sdk(url: str, n: int, concurrency: int, timeout_s: float) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        done = asyncio.run(asyncio.wait_for(_sdk(url, n, concurrency), timeout_s))
+        status: int | str = 0
+    except TimeoutError:
+        done, status = -1, "timeout"
+    return {"wall_s": round(time.perf_counter() - started, 2), "exit": status, "units": done}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=50.0, help="requests/s the limiter allows")
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--tokens-per-request", type=float, default=200.0)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--clients", default="moot,sdk")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per client and shape")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    floor = args.n / args.rate
+    rows = []
+    print(f"{args.n} units, {args.concurrency} at a time, {args.latency * 1000:.0f} ms server, "
+          f"{args.rate:g} requests/s: floor {floor:.1f} s; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(f"{'shape':14s} {'client':5s} {'wall s':>7s} {'x floor':>7s} {'served':>6s} {'refused':>7s} exit")
+    for shape in args.shapes.split(","):
+        for client in args.clients.split(","):
+            with Server(shape, args.rate, args.latency, args.tokens_per_request) as server:
+                if client == "moot":
+                    row = run_moot(server.url, args.n, args.concurrency, args.timeout)
+                else:
+                    row = run_sdk(server.url, args.n, args.concurrency, args.timeout)
+                row |= {"shape": shape, "client": client, "served": server.limiter.served,
+                        "refused": server.limiter.refused, "floor_s": floor}  # fmt: skip
+            rows.append(row)
+            tail = " ".join(row.get("stderr", []))[:80]
+            print(f"{shape:14s} {client:5s} {row['wall_s']:7.1f} {row['wall_s'] / floor:7.2f} "
+                  f"{row['served']:6d} {row['refused']:7d} {row['exit']} {tail}", flush=True)  # fmt: skip
+    if args.json:
+        args.json.write_text(
+            json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
