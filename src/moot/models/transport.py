@@ -71,6 +71,8 @@ from aiohttp.http_exceptions import DecompressSizeError
 
 import moot.redact as redact
 
+from .base import note_not_sent
+
 __all__ = [
     "MAX_BODY_BYTES",
     "RawResponse",
@@ -100,6 +102,28 @@ class RawResponse:
     """Every response header (case-insensitive lookups; a repeated one gives its first value)."""
     body: bytes
     """The whole body."""
+
+
+class _Sent:
+    """Whether a request's headers went out (aiohttp's public request tracing says so)."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self) -> None:
+        self.headers = False
+
+
+async def _headers_sent(
+    session: aiohttp.ClientSession, context: object, params: aiohttp.TraceRequestHeadersSentParams
+) -> None:
+    state = getattr(context, "trace_request_ctx", None)
+    if isinstance(state, _Sent):
+        state.headers = True
+
+
+_SENT_TRACE = aiohttp.TraceConfig()
+_SENT_TRACE.on_request_headers_sent.append(_headers_sent)
+_SENT_TRACE.freeze()
 
 
 class TransportError(Exception):
@@ -198,6 +222,7 @@ class Transport:
             ),
             timeout=self._client_timeout,
             cookie_jar=aiohttp.DummyCookieJar(),
+            trace_configs=[_SENT_TRACE],
             raise_for_status=False,
             trust_env=False,  # read once per URL instead (module docstring): _route()
         )
@@ -225,9 +250,14 @@ class Transport:
         # A message names the URL with its credentials masked: it becomes a failed turn's text, an
         # event, a stored error (moot.redact; issue 37).
         shown = redact.url(url)
+        sent = _Sent()
         try:
-            async with session.post(url, data=body, **route) as response:  # type: ignore[arg-type]
+            async with session.post(url, data=body, trace_request_ctx=sent, **route) as response:  # type: ignore[arg-type]
                 return RawResponse(response.status, response.headers, await self._read(response, url))
+        except asyncio.CancelledError:
+            if not sent.headers:
+                note_not_sent()  # cancelled before a byte of it left (connecting): no attempt
+            raise
         except aiohttp.ClientHttpProxyError as err:  # the proxy refused the tunnel or the request
             message = redact.text(f"the proxy refused the request to {shown}: {err}")
             raise TransportError(message, connect=True) from err
