@@ -67,6 +67,7 @@ class Limiter:
         self.tat = self.stamp
         self.served = 0
         self.refused = 0
+        self.charged = 0.0  # tokens of the requests served (the floor of the tokens shape)
 
     def take(self, cost: float) -> tuple[bool, dict[str, str]]:
         now = time.monotonic()
@@ -97,6 +98,7 @@ class Limiter:
             }
         if ok:
             self.served += 1
+            self.charged += cost
         else:
             self.refused += 1
             if self.shape.endswith("-ra") or self.shape in ("announced", "tokens"):
@@ -200,10 +202,12 @@ async def _sdk(url: str, n: int, concurrency: int) -> int:
         nonlocal done
         while not queue.empty():
             i = queue.get_nowait()
-            prompt = f"What is {i} + {i}? Answer with the number only."
+            # About moot's own request (src/moot/prompts/bench_arithmetic.md) and the same max_tokens
+            # as moot bench's default: a token limit counts both.
+            prompt = f"What is the result of {i} + {i}? Give the final answer as a number in parentheses."
             try:
                 await client.chat.completions.create(
-                    model="m", messages=[{"role": "user", "content": prompt}]
+                    model="m", messages=[{"role": "user", "content": prompt}], max_tokens=256
                 )
             except RateLimitError:
                 continue  # still refused after its 20 retries: a unit lost, as the SDK leaves it
@@ -250,11 +254,14 @@ def main(argv: list[str] | None = None) -> int:
                     row = run_moot(server.url, args.n, args.concurrency, args.timeout)
                 else:
                     row = run_sdk(server.url, args.n, args.concurrency, args.timeout)
-                row |= {"shape": shape, "client": client, "served": server.limiter.served,
-                        "refused": server.limiter.refused, "floor_s": floor}  # fmt: skip
+                lim = server.limiter
+                # The tokens shape's floor: the tokens this client's requests cost over the token rate.
+                own = lim.charged / (args.rate * lim.per) if shape == "tokens" else floor
+                row |= {"shape": shape, "client": client, "served": lim.served,
+                        "refused": lim.refused, "floor_s": round(own, 2)}  # fmt: skip
             rows.append(row)
             tail = " ".join(row.get("stderr", []))[:80]
-            print(f"{shape:14s} {client:5s} {row['wall_s']:7.1f} {row['wall_s'] / floor:7.2f} "
+            print(f"{shape:14s} {client:5s} {row['wall_s']:7.1f} {row['wall_s'] / row['floor_s']:7.2f} "
                   f"{row['served']:6d} {row['refused']:7d} {row['exit']} {tail}", flush=True)  # fmt: skip
     if args.json:
         args.json.write_text(

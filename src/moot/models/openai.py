@@ -455,8 +455,10 @@ class OpenAIModel(SDKModel):
         # POST over aiohttp; no response at all becomes a ModelConnectionError.
         try:
             payload = orjson.dumps(body)
-            # What a token-per-minute limit counts: the prompt (about 4 bytes a token) and max_tokens.
-            tokens = len(payload) / 4 + (request.max_tokens or 0) * max(1, request.n)
+            # What a token-per-minute limit counts (OpenAI's rule of thumb): the messages at about
+            # 4 characters a token, and max_tokens.
+            chars = sum(len(m.content) for m in request.messages)
+            tokens = chars / 4 + (request.max_tokens or 0) * max(1, request.n)
             raw = await self.pool.post(self._transport, payload, tokens)
         except ResponseTooLarge as err:  # the same request would get the same body: not retried
             raise ModelError(redact(f"{self.name}: {err}", (self._api_key,)), model=self.name) from err
