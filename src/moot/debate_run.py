@@ -34,13 +34,35 @@ import moot.observe as observe
 from ._ids import new_id
 from .deadline import Deadline, timeout_scope
 from .errors import BudgetExceeded, ModelError
+from .judging import (
+    DecisionKey,
+    audit_order,
+    audit_summary,
+    blind_turns,
+    candidate_of,
+    candidates,
+    decision_of,
+    shown_order,
+    unblind,
+)
 from .models import Model
 from .models.base import CallStats, Message
-from .prompting import build_messages, render_context
+from .prompting import blind_prompt, build_messages, render_context
 from .protocol import JudgeSpec, Protocol
 from .schemas import get_output
 from .structured import OnRequest, ask
-from .transcript import DebateResult, Event, EventKind, Persona, RequestRecord, Round, Timings, Turn
+from .transcript import (
+    DebateResult,
+    Event,
+    EventKind,
+    FailedModel,
+    JudgingRecord,
+    Persona,
+    RequestRecord,
+    Round,
+    Timings,
+    Turn,
+)
 from .turns import cancelled_turn, trim, turn_from
 
 if TYPE_CHECKING:
@@ -106,6 +128,9 @@ class DebateRun:
         """False when the run was asked to skip the debate (recorded in the run's config)."""
         self.observed: observe.RunHandle | None = None
         """The run's observers, attached by :meth:`begin` or :meth:`skip` (None before)."""
+        self.decision_key: DecisionKey | None = None
+        """Reads a deciding step's decisive value from its answer (a bench task's parser), for the
+        swap audit's "same decision" (:mod:`moot.judging`); None compares normalised text."""
 
     # -- events and budget ------------------------------------------------------------------
     async def emit(self, kind: EventKind, **fields: Any) -> None:
@@ -181,6 +206,18 @@ class DebateRun:
     def _stop(self, reason: str) -> None:
         if self.fallback is None:  # the first reason wins
             self.fallback = reason
+
+    def _judging_summary(self) -> None:
+        """The swap audit's figures over this run's deciding turns, and who shares the judge's model."""
+        deciding = [t for t in self.result.turns(include_judge=True) if t.phase in ("judge", "moderator")]
+        judging = self.protocol.judging
+        if judging.audit or judging.swap_robust:
+            self.result.metrics["judge_audit"] = audit_summary(t.judging for t in deciding)
+        if any(t.judging is not None and t.judging.position_sensitive for t in deciding):
+            self.result.metrics["undecided_reason"] = "position-sensitive"
+        ruling = {t.judging.ruled_by for t in deciding if t.judging is not None and t.judging.ruled_by}
+        speakers = {t.speaker: t.model for t in self.result.turns() if t.phase == "turn" and t.model}
+        self.result.judge_shares_model_with = sorted(k for k, m in speakers.items() if m in ruling)
 
     # -- steps ------------------------------------------------------------------------------
     async def begin(self) -> None:
@@ -343,9 +380,14 @@ class DebateRun:
             kind: EventKind = "turn_completed" if turn.phase == "turn" else "judge_completed"
             await self.emit(kind, round=turn.round, speaker=turn.speaker, turn=turn)
         self._unreported.clear()
+        if self.fallback is None and self.protocol.aggregation != "none":
+            reason = self._no_argument()
+            if reason is not None:
+                self._stop(reason)
         if self.fallback is None:
             self._decide()
             self._check_answer()
+        self._judging_summary()
         if self.fallback is not None:
             self.result.fallback = self.fallback
             self.result.final_answer = (
@@ -419,14 +461,25 @@ class DebateRun:
         task: str,
         output: str,
         max_tokens: int,
+        shown_as: Persona | None = None,
+        model: Model | None = None,
+        decisive: tuple[str, ...] = (),
+        last_try: bool = True,
     ) -> Turn:
+        """One structured call and its turn.
+
+        ``shown_as``: the persona the prompt names (a blind judge's neutral one); ``model``: the
+        model to ask (a deciding role's failover model); ``decisive``: fields a cut reply may not
+        hold (:func:`moot.structured.ask`); ``last_try`` False: a failure is not counted as a failed
+        turn (another model will rule).
+        """
         output_type = get_output(output)
-        model = self.debate.model_for(persona.key)
+        model = model or self.debate.model_for(persona.key)
         messages = build_messages(
             prompt=prompt,
             topic=self.topic,
             context=self.context_json,
-            persona=persona,
+            persona=shown_as or persona,
             section=section,
             turns=visible,
             task=task,
@@ -456,6 +509,7 @@ class DebateRun:
                 validation_context={"topic": self.topic},
                 on_request=self._request_events(persona.key, rnd, phase) if self.listened else None,
                 deadline=self.deadline,
+                decisive=decisive,
             )
         except asyncio.CancelledError:
             # The run stopped (deadline, a sibling's fallback) with this call in flight: keep the
@@ -469,7 +523,7 @@ class DebateRun:
         if turn.ok:
             trim(turn, model, max_tokens)
         self._account(turn)
-        if not turn.ok:
+        if not turn.ok and last_try:
             self.result.failed_turns += 1
             # INFO: the result, its events and every interface show a failed turn; what the CLI
             # says as a warning is the degradation behind it (retries exhausted, a mode refused).
@@ -516,18 +570,32 @@ class DebateRun:
         else:
             self.current_round().turns.append(turn)
 
+    def _no_argument(self) -> str | None:
+        """The fallback reason when the debate has speakers and every speaking turn failed, else None."""
+        spoken = [t for t in self.result.turns() if t.phase == "turn"]
+        if not self.protocol.speakers() or any(t.ok for t in spoken):
+            return None
+        # No argument to rule on: a decision now would be the judge's (or the rule's) own invention.
+        return f"no argument: every speaking turn failed ({len(spoken)} turns)"
+
     async def _step(self, spec: JudgeSpec, phase: str, number: int, visible: list[Turn]) -> Turn:
-        turn = await self._call(
-            self.protocol.personas[spec.persona],
-            phase=phase,
-            rnd=number,
-            prompt=spec.prompt,
-            section="ALL_TURNS",
-            visible=visible,
-            task=spec.task,
-            output=spec.output,
-            max_tokens=spec.max_tokens or self.protocol.max_tokens_per_turn,
+        reason = self._no_argument()
+        if reason is not None:
+            raise _Stop(reason)
+        judging = self.protocol.judging
+        spoken = candidates(visible)  # in the persona order, not the order concurrent turns finished
+        cands = [k for k in self.protocol.speakers() if k in spoken] + [
+            k for k in spoken if k not in self.protocol.speakers()
+        ]
+        order = shown_order(
+            cands, shuffle=judging.shuffle, seed=judging.seed, topic=self.topic, step=f"{phase}:{number}"
         )
+        turn, labels = await self._ruling(spec, phase, number, visible, order, blind=judging.blind)
+        record = turn.judging = turn.judging or JudgingRecord()
+        record.order, record.blind, record.labels = order, judging.blind, labels
+        record.shuffled = judging.shuffle and len(order) > 1
+        if turn.ok:
+            await self._audit(spec, phase, number, visible, turn, record)
         # Recorded before any stop decision, so a failed judge or moderator stays in the transcript.
         if phase == "judge":
             if turn.ok:
@@ -539,7 +607,177 @@ class DebateRun:
         if not turn.ok and phase == "judge" and self.protocol.aggregation == "judge":
             raise _Stop(f"judge failed: {turn.error}")
         self._check_failure(turn, f"{phase} failed")
+        if record.position_sensitive and phase == "judge" and spec.output not in _UNDECIDABLE:
+            # No undecided label in this protocol's answer (a synthesis): it is not the debate's answer.
+            raise _Stop("position-sensitive: the judge's decision changed with the candidates' order")
         return turn
+
+    def _decisive(self, spec: JudgeSpec, phase: str) -> tuple[str, ...]:
+        if phase == "moderator":
+            return ("leaning", "confidence")
+        if spec.answer_field:
+            return (spec.answer_field,)
+        return tuple(k for k in _MAIN_TEXT if k in get_output(spec.output).model_fields)[:1]
+
+    async def _ruling(
+        self,
+        spec: JudgeSpec,
+        phase: str,
+        number: int,
+        visible: list[Turn],
+        order: list[str],
+        *,
+        blind: bool,
+        audit: bool = False,
+    ) -> tuple[Turn, dict[str, str]]:
+        """One deciding call over ``visible`` shown in ``order``, blind or not, with judge failover.
+
+        Tried on each of the role's models in turn; returns the turn (content mapped back to
+        persona keys) and the labels used.
+
+        ``audit``: an audit call, asked of the model that ruled, outside the budget and the cost.
+        """
+        personas = self.protocol.personas
+        persona = personas[spec.persona]
+        rank = {k: i for i, k in enumerate(order)}
+        shown = sorted(
+            visible,
+            key=lambda t: (t.round, rank.get(t.speaker, len(rank)) if t.phase == "turn" else len(rank)),
+        )
+        labels: dict[str, str] = {}
+        prompt, shown_as = spec.prompt, None
+        if blind:
+            shown, labels = blind_turns(shown, order, personas)
+            prompt = blind_prompt(spec.prompt)
+            if persona.key in order:  # the judge also spoke (patch's CJ): its name would say which
+                shown_as = Persona(key="judge", name="Judge", role="Judge", goal=spec.task)
+        kwargs: dict[str, Any] = {
+            "phase": phase,
+            "rnd": number,
+            "prompt": prompt,
+            "section": "ALL_TURNS",
+            "visible": shown,
+            "task": spec.task,
+            "output": spec.output,
+            "max_tokens": spec.max_tokens or self.protocol.max_tokens_per_turn,
+            "shown_as": shown_as,
+            "decisive": self._decisive(spec, phase),
+        }
+        if audit:
+            return await self._audit_call(persona, kwargs), labels
+        models = self.debate.models_for(persona.key)
+        failed: list[FailedModel] = []
+        turn: Turn | None = None
+        for i, model in enumerate(models):
+            last = i == len(models) - 1
+            turn = await self._call(persona, model=model, last_try=last, **kwargs)
+            if turn.ok or last or turn.cancelled:
+                break
+            failed.append(FailedModel(model=model.name, error=turn.error or "failed"))
+            await self.emit(
+                "retry", round=number, speaker=persona.key, message=f"{model.name} failed, next: {turn.error}"
+            )
+        assert turn is not None
+        if turn.ok and turn.content is not None and labels:
+            turn.content = unblind(turn.content, labels)
+        turn.judging = JudgingRecord(ruled_by=turn.model if turn.ok else None, failed_models=failed)
+        return turn, labels
+
+    async def _audit_call(self, persona: Persona, kwargs: dict[str, Any]) -> Turn:
+        """An audit's call: no events, no budget, its usage kept apart from the run's."""
+        output_type = get_output(kwargs["output"])
+        messages = build_messages(
+            prompt=kwargs["prompt"],
+            topic=self.topic,
+            context=self.context_json,
+            persona=kwargs["shown_as"] or persona,
+            section="ALL_TURNS",
+            turns=kwargs["visible"],
+            task=kwargs["task"],
+            output_type=output_type,
+            max_tokens=kwargs["max_tokens"],
+        )
+        model = self.debate.model_for(persona.key)
+        outcome = await ask(
+            model,
+            messages,
+            output_type,
+            max_tokens=kwargs["max_tokens"],
+            temperature=self.protocol.temperature,
+            metadata={
+                "speaker": persona.key,
+                "round": kwargs["rnd"],
+                "phase": kwargs["phase"],
+                "audit": True,
+            },
+            retry=self.protocol.retry,
+            validation_context={"topic": self.topic},
+            deadline=self.deadline,
+            decisive=kwargs["decisive"],
+        )
+        turn = turn_from(outcome, persona, kwargs["phase"], kwargs["rnd"], kwargs["output"], model.name)
+        turn.sent = messages
+        return turn
+
+    async def _audit(
+        self, spec: JudgeSpec, phase: str, number: int, visible: list[Turn], turn: Turn, record: JudgingRecord
+    ) -> None:
+        """The swap audit and swap-robust check of one deciding turn (docs/judging.md)."""
+        judging = self.protocol.judging
+        personas = self.protocol.personas
+        cands = record.order
+
+        def decided(t: Turn) -> str | None:
+            return decision_of(
+                t, answer_field=spec.answer_field, personas=personas, cands=cands, key=self.decision_key
+            )
+
+        record.decision = decided(turn)
+        side = candidate_of(
+            record.decision,
+            turn,
+            personas=personas,
+            cands=cands,
+            seen=visible,
+            answer_field=self.protocol.answer_field,
+            key=self.decision_key,
+        )
+        if side is not None and cands:
+            record.first_slot = side == cands[0]
+        if len(cands) < 2 or not (judging.audit or judging.swap_robust):
+            return
+        second = audit_order(cands)
+        record.reversed_order = second
+        asks = [self._ruling(spec, phase, number, visible, second, blind=judging.blind, audit=True)]
+        if judging.audit and not judging.blind:
+            asks.append(self._ruling(spec, phase, number, visible, cands, blind=True, audit=True))
+        done = await asyncio.gather(*asks)
+        for i, (other, labels) in enumerate(done):
+            if other.ok and other.content is not None and labels:
+                other.content = unblind(other.content, labels)
+            costed = i == 0 and judging.swap_robust  # the second order is part of a swap-robust decision
+            if costed:
+                self._account(other)
+            else:
+                record.extra_calls += other.usage.attempts
+                record.extra_usage = record.extra_usage + other.usage
+            if not other.ok:
+                record.audit_errors.append(f"{'reversed' if i == 0 else 'blind'}: {other.error}")
+                continue
+            value = decided(other)
+            if i == 0:
+                record.reversed_decision = value
+                record.position_flip = (
+                    None if value is None or record.decision is None else value != record.decision
+                )
+            else:
+                record.blind_decision = value
+                record.identity_flip = (
+                    None if value is None or record.decision is None else value != record.decision
+                )
+        if judging.swap_robust and record.position_flip:
+            record.position_sensitive = True
+            _undecide(turn)
 
     def _check_failure(self, turn: Turn, what: str) -> None:
         if turn.ok:
@@ -627,6 +865,35 @@ class DebateRun:
             )
             self.result.decision = decision
             self.result.final_answer = decision.label
+
+
+_MAIN_TEXT = (
+    "final_answer",
+    "answer",
+    "message",
+    "content",
+    "synthesis",
+    "evaluation",
+    "explanation",
+    "consensus",
+)
+_UNDECIDABLE = ("summary", "moderation", "patch_judgement")
+"""Deciding outputs with an undecided outcome of their own (a tie, uncertain, no accepted edit)."""
+
+
+def _undecide(turn: Turn) -> None:
+    """A position-sensitive decision made undecided: no winner, leaning uncertain, no accepted edit."""
+    content = turn.content
+    if content is None:
+        return
+    if turn.output == "summary":
+        content["winner"] = None
+    elif turn.output == "moderation":
+        content["leaning"] = "uncertain"
+        content["pro_logic"] = content["con_logic"] = None  # the side scores were as order-bound
+        content["consensus_reached"] = False
+    elif turn.output == "patch_judgement":
+        content["final_patch"] = []
 
 
 def _round_turns(rnd: Round) -> list[Turn]:
