@@ -742,6 +742,7 @@ class DebateRun:
             answer_field=self.protocol.answer_field,
             key=self.decision_key,
         )
+        record.sided_with = side
         if side is not None and cands:
             record.first_slot = side == cands[0]
         if len(cands) < 2 or not (judging.audit or judging.swap_robust):

@@ -39,7 +39,9 @@ from .transcript import JudgingRecord, Persona, Turn
 
 __all__ = [
     "DecisionKey",
+    "UNREAD",
     "Z95",
+    "audit_line",
     "audit_order",
     "audit_summary",
     "blind_turns",
@@ -52,6 +54,10 @@ __all__ = [
     "unblind",
     "wilson_interval",
 ]
+
+UNREAD = "(no answer read)"
+"""The decision of a valid ruling whose answer the caller's ``decision_key`` cannot read: two such
+rulings made the same (non-)decision."""
 
 DecisionKey = Callable[[str], str | None]
 """Reads the decisive value from a final answer's text (a bench task's parser); None: unreadable."""
@@ -207,7 +213,7 @@ def decision_of(
     text = value if isinstance(value, str) else turn.text
     if key is not None:
         read = key(text)
-        return None if read is None else normalise(read)
+        return UNREAD if read is None else normalise(read)
     return normalise(text)
 
 
@@ -243,7 +249,7 @@ def candidate_of(
             text = value if isinstance(value, str) and value else t.text
             read = key(text) if key is not None else text
             last[t.speaker] = normalise(read) if read is not None else None
-    match = [k for k, v in last.items() if v is not None and v == decision]
+    match = [k for k, v in last.items() if v is not None and v == decision and v != UNREAD]
     return match[0] if len(match) == 1 else None
 
 
@@ -282,6 +288,23 @@ def audit_summary(records: Iterable[JudgingRecord | None]) -> dict[str, Any]:
         "decisions": decisions,
         "extra_calls": extra,
     }
+
+
+def audit_line(a: dict[str, Any]) -> str:
+    """One line of :func:`audit_summary`'s figures, for terminals (``moot bench``, ``moot runs show``)."""
+    if not a.get("decisions"):
+        return "no deciding step (decided by rule)"
+
+    def share(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.2f}"
+
+    ci = a.get("position_flip_ci95")
+    interval = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+    return (
+        f"position flip rate {share(a['position_flip_rate'])}{interval} (n {a['n']}), first-slot share "
+        f"{share(a['first_slot_share'])}, identity flip rate {share(a['identity_flip_rate'])}, "
+        f"extra calls {a['extra_calls']}"
+    )
 
 
 def record_for(order: list[str], *, blind: bool, shuffled: bool) -> JudgingRecord:

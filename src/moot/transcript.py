@@ -100,6 +100,8 @@ class JudgingRecord(BaseModel):
     """Label -> persona key, for a blind call (the content is mapped back to persona keys)."""
     decision: str | None = None
     """The decisive value of this step ("same decision", docs/judging.md), normalised."""
+    sided_with: str | None = None
+    """The candidate the decision names or repeats (persona key); None when it names none."""
     first_slot: bool | None = None
     """True when the decision went to the first-shown candidate; None when it names none."""
     reversed_order: list[str] | None = None
