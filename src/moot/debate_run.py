@@ -297,17 +297,19 @@ class DebateRun:
         p = self.protocol
         rnd = self.current_round()
         seen = [t for t in rnd.turns if self._stage_of.get(id(t), stage) < stage]
-        turn = await self._call(
-            p.personas[key],
-            phase="turn",
-            rnd=number,
-            prompt=p.prompt_for(key),
-            section="HISTORY",
-            visible=self.visible(key, number, seen),
-            task=p.task_for(key, number),
-            output=p.output_for(key),
-            max_tokens=p.max_tokens_per_turn,
-        )
+        kwargs = {
+            "phase": "turn",
+            "rnd": number,
+            "prompt": p.prompt_for(key),
+            "section": "HISTORY",
+            "visible": self.visible(key, number, seen),
+            "task": p.task_for(key, number),
+            "output": p.output_for(key),
+            "max_tokens": p.max_tokens_per_turn,
+        }
+        turn, failed = await self._failover(p.personas[key], kwargs)
+        if failed:  # the arbitrator (a speaker of its protocol) fails over too
+            turn.judging = JudgingRecord(ruled_by=turn.model if turn.ok else None, failed_models=failed)
         self._stage_of[id(turn)] = stage
         rnd.turns.append(turn)  # appended as it completes, so a timeout loses nothing finished
         await self.emit("turn_completed", round=number, speaker=key, turn=turn)
@@ -665,23 +667,29 @@ class DebateRun:
         }
         if audit:
             return await self._audit_call(persona, kwargs), labels
-        models = self.debate.models_for(persona.key)
-        failed: list[FailedModel] = []
-        turn: Turn | None = None
-        for i, model in enumerate(models):
-            last = i == len(models) - 1
-            turn = await self._call(persona, model=model, last_try=last, **kwargs)
-            if turn.ok or last or turn.cancelled:
-                break
-            failed.append(FailedModel(model=model.name, error=turn.error or "failed"))
-            await self.emit(
-                "retry", round=number, speaker=persona.key, message=f"{model.name} failed, next: {turn.error}"
-            )
-        assert turn is not None
+        turn, failed = await self._failover(persona, kwargs)
         if turn.ok and turn.content is not None and labels:
             turn.content = unblind(turn.content, labels)
         turn.judging = JudgingRecord(ruled_by=turn.model if turn.ok else None, failed_models=failed)
         return turn, labels
+
+    async def _failover(self, persona: Persona, kwargs: dict[str, Any]) -> tuple[Turn, list[FailedModel]]:
+        """The call on each of the persona's models in turn until one succeeds (judge failover).
+
+        A model that failed (after its retries, or its repair) is not a failed turn while another
+        may still rule; the last one's failure is. Returns the turn and the models that failed.
+        """
+        models = self.debate.models_for(persona.key)
+        failed: list[FailedModel] = []
+        for i, model in enumerate(models):
+            last = i == len(models) - 1
+            turn = await self._call(persona, model=model, last_try=last, **kwargs)
+            if turn.ok or last or turn.cancelled:
+                return turn, failed
+            failed.append(FailedModel(model=model.name, error=turn.error or "failed"))
+            message = f"{model.name} failed, {models[i + 1].name} rules next: {turn.error}"
+            await self.emit("retry", round=kwargs["rnd"], speaker=persona.key, message=message)
+        raise AssertionError("unreachable: a persona has at least one model")
 
     async def _audit_call(self, persona: Persona, kwargs: dict[str, Any]) -> Turn:
         """An audit's call: no events, no budget, its usage kept apart from the run's."""

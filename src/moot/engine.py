@@ -103,9 +103,9 @@ class Debate:
         protocol: a Protocol, a preset name, a YAML path or a dict.
         model: the default model: a ``provider:model`` spec, a Model, or None for ``local``.
         role_models: per-persona models (multi-model routing), e.g. ``{"judge": "openai:gpt-4o"}``;
-            a persona's own ``model`` field is used when it has no entry here. A deciding role (the
-            judge or moderator persona) may name several, a list or ``"A,B"``: when the first fails
-            after its retries the next rules (judge failover, docs/judging.md).
+            a persona's own ``model`` field is used when it has no entry here. A role may name
+            several, a list or ``"A,B"``: when the first fails after its retries the next one
+            plays (judge failover for a deciding role: docs/judging.md).
         judge_blind: show the deciding steps the candidates as ``Speaker A``, ``Speaker B``...
             (``judging.blind``; None keeps the protocol's).
         judge_shuffle: show them in a seeded random order per deciding call (``judging.shuffle``).
@@ -180,16 +180,6 @@ class Debate:
         for key, persona in self.protocol.personas.items():
             if key not in self._role_specs and persona.model:
                 self._role_specs[key] = persona.model
-        deciding = {
-            step.persona for step in (self.protocol.moderator, self.protocol.judge) if step is not None
-        }
-        for key, spec in self._role_specs.items():
-            if len(_choices(spec)) > 1 and key not in deciding:
-                raise ConfigError(
-                    f"role model {key!r} names several models, but only a deciding role (the judge or "
-                    f"moderator: {', '.join(sorted(deciding)) or 'none here'}) fails over",
-                    key=key,
-                )
 
     @property
     def model_spec(self) -> str | None:

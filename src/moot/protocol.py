@@ -344,6 +344,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
                 else:
                     merged[pkey] = pval
             out[key] = merged
+        elif key == "judging" and isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}  # --judge-blind over a file's judging: {seed: 3}
         else:
             out[key] = value
     return out

@@ -14,10 +14,18 @@ import moot.cli._exit as _exit
 from ..app import store_spec
 from ..arbitration import DEFAULT_TIMEOUT, SOURCE_AUTHORITY, AgentReport, ArbitrationResult, arbitrate_sync
 from ..errors import UsageError
+from ..judging import audit_line
 from ..observe import annotate
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table
 from ._io import MAX_CONCURRENCY, read_json
+from ._judge_options import (
+    JudgeAuditOption,
+    JudgeBlindOption,
+    JudgeShuffleOption,
+    JudgeSwapRobustOption,
+    judging_options,
+)
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._safe import markup
 from ._store_options import NoStoreOption, StoreOption
@@ -67,6 +75,8 @@ def print_arbitration(result: ArbitrationResult, out: Console) -> None:
         f"resolved {result.resolved} · flagged {result.flagged_for_review} · {u.calls} calls · "
         f"{u.total_tokens} tokens · {result.latency_ms / 1000:.1f}s"
     )
+    if result.judge_audit is not None:
+        out.print(markup(f"judge audit: {audit_line(result.judge_audit)}"))
 
 
 def register(app: typer.Typer) -> None:
@@ -75,7 +85,10 @@ def register(app: typer.Typer) -> None:
     @app.command("arbitrate")
     def arbitrate_cmd(
         reports: Annotated[Path, typer.Argument(help="JSON file with the agents' reports.")],
-        model: Annotated[str | None, typer.Option(help="Arbitrator model spec.")] = None,
+        model: Annotated[
+            str | None,
+            typer.Option(help="Arbitrator model spec; A,B: the next rules when one fails (judge failover)."),
+        ] = None,
         concurrency: Annotated[
             int, typer.Option(min=1, max=MAX_CONCURRENCY, help="Arbitration calls in flight at once.")
         ] = 4,
@@ -93,6 +106,10 @@ def register(app: typer.Typer) -> None:
         cache_file: CacheFileOption = None,
         cache_expiry: CacheExpiryOption = None,
         model_concurrency: ModelConcurrencyOption = None,
+        judge_blind: JudgeBlindOption = False,
+        judge_shuffle: JudgeShuffleOption = False,
+        judge_audit: JudgeAuditOption = False,
+        judge_swap_robust: JudgeSwapRobustOption = False,
     ) -> int:
         """Detect contradictions between agent reports and arbitrate them into a consensus.
 
@@ -120,6 +137,12 @@ def register(app: typer.Typer) -> None:
                 source_authority=[s.strip() for s in source_authority.split(",") if s.strip()],
                 timeout_s=timeout,
                 store=store_spec(store, enabled=not no_store),
+                **{
+                    f"judge_{k}": v
+                    for k, v in judging_options(
+                        judge_blind, judge_shuffle, judge_audit, judge_swap_robust
+                    ).items()
+                },
             )
         if as_json:
             typer.echo(result.model_dump_json())

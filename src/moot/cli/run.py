@@ -38,6 +38,13 @@ from ._io import (
     read_text,
     staged_output,
 )
+from ._judge_options import (
+    JudgeAuditOption,
+    JudgeBlindOption,
+    JudgeShuffleOption,
+    JudgeSwapRobustOption,
+    judging_options,
+)
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._safe import clean, markup
 from ._store_options import NoStoreOption, StoreOption
@@ -203,8 +210,11 @@ def print_summary(console: Console, result: DebateResult) -> None:
 def _overrides(protocol: str | None, config: Path | None, **fields: Any) -> dict[str, Any]:
     # --config alone is a whole protocol; with --protocol it overrides that preset (seed shapes too).
     out: dict[str, Any] = read_overrides(config) if protocol and config else {}
+    judging = fields.pop("judging", None)
     names = {"rounds": "rounds", "max_tokens": "max_tokens_per_turn", "timeout": "timeout"}
     out |= {names[k]: v for k, v in fields.items() if v is not None}
+    if judging:  # merged into the protocol's judging: options (docs/judging.md)
+        out["judging"] = {**(out.get("judging") or {}), **judging}
     return out
 
 
@@ -357,7 +367,11 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Default model spec, e.g. openai:gpt-4o-mini.")
         ] = None,
         role_model: Annotated[
-            list[str] | None, typer.Option(help="KEY=SPEC: a model for one persona (repeatable).")
+            list[str] | None,
+            typer.Option(
+                help="KEY=SPEC: a model for one persona (repeatable); a deciding role may name several, "
+                "KEY=A,B: the next rules when one fails (judge failover)."
+            ),
         ] = None,
         rounds: Annotated[int | None, typer.Option(min=1, help="Override the number of rounds.")] = None,
         max_tokens: Annotated[
@@ -416,6 +430,10 @@ def register(app: typer.Typer) -> None:
                 "(with --model / --role-model, or the recorded models).",
             ),
         ] = None,
+        judge_blind: JudgeBlindOption = False,
+        judge_shuffle: JudgeShuffleOption = False,
+        judge_audit: JudgeAuditOption = False,
+        judge_swap_robust: JudgeSwapRobustOption = False,
     ) -> int:
         """Run one debate and show it live (or print the result as JSON), or a batch with --input.
 
@@ -425,6 +443,7 @@ def register(app: typer.Typer) -> None:
         apply_model_concurrency(model_concurrency)
         allow_outside(allow_outside_paths)
         _check_args(topic, initial_answer, out)
+        judging = judging_options(judge_blind, judge_shuffle, judge_audit, judge_swap_robust)
         _replaying(from_run, replay, replay_until)
         if input_file is not None or output is not None or concurrency is not None:
             _batch_clash(
@@ -432,7 +451,9 @@ def register(app: typer.Typer) -> None:
             )
             assert input_file is not None and output is not None
             roles = parse_role_models(role_model)
-            overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
+            overrides = _overrides(
+                protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout, judging=judging
+            )
             return _batch(
                 Debate(protocol or config or "answer", model=model, role_models=roles, overrides=overrides),
                 input_file,
@@ -447,7 +468,9 @@ def register(app: typer.Typer) -> None:
                 use_store=not no_store,
             )
         recorded = recorded_debate(from_run, store) if from_run else {}
-        overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
+        overrides = _overrides(
+            protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout, judging=judging
+        )
         spec: str | Path | dict[str, Any] = protocol or (config if config is not None else "answer")
         if recorded and protocol is None and config is None:
             spec = recorded["protocol"]
