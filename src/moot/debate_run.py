@@ -216,8 +216,9 @@ class DebateRun:
         if any(t.judging is not None and t.judging.position_sensitive for t in deciding):
             self.result.metrics["undecided_reason"] = "position-sensitive"
         ruling = {t.judging.ruled_by for t in deciding if t.judging is not None and t.judging.ruled_by}
-        speakers = {t.speaker: t.model for t in self.result.turns() if t.phase == "turn" and t.model}
-        self.result.judge_shares_model_with = sorted(k for k, m in speakers.items() if m in ruling)
+        speakers = {t.speaker for t in self.result.turns() if t.phase == "turn" and t.ok}
+        shared = [k for k in speakers if self.debate.model_for(k).name in ruling]
+        self.result.judge_shares_model_with = sorted(shared)
 
     # -- steps ------------------------------------------------------------------------------
     async def begin(self) -> None:
@@ -307,9 +308,9 @@ class DebateRun:
             "output": p.output_for(key),
             "max_tokens": p.max_tokens_per_turn,
         }
-        turn, failed = await self._failover(p.personas[key], kwargs)
+        turn, failed, ruler = await self._failover(p.personas[key], kwargs)
         if failed:  # the arbitrator (a speaker of its protocol) fails over too
-            turn.judging = JudgingRecord(ruled_by=turn.model if turn.ok else None, failed_models=failed)
+            turn.judging = JudgingRecord(ruled_by=ruler if turn.ok else None, failed_models=failed)
         self._stage_of[id(turn)] = stage
         rnd.turns.append(turn)  # appended as it completes, so a timeout loses nothing finished
         await self.emit("turn_completed", round=number, speaker=key, turn=turn)
@@ -667,17 +668,20 @@ class DebateRun:
         }
         if audit:
             return await self._audit_call(persona, kwargs), labels
-        turn, failed = await self._failover(persona, kwargs)
+        turn, failed, ruler = await self._failover(persona, kwargs)
         if turn.ok and turn.content is not None and labels:
             turn.content = unblind(turn.content, labels)
-        turn.judging = JudgingRecord(ruled_by=turn.model if turn.ok else None, failed_models=failed)
+        turn.judging = JudgingRecord(ruled_by=ruler if turn.ok else None, failed_models=failed)
         return turn, labels
 
-    async def _failover(self, persona: Persona, kwargs: dict[str, Any]) -> tuple[Turn, list[FailedModel]]:
+    async def _failover(
+        self, persona: Persona, kwargs: dict[str, Any]
+    ) -> tuple[Turn, list[FailedModel], str]:
         """The call on each of the persona's models in turn until one succeeds (judge failover).
 
         A model that failed (after its retries, or its repair) is not a failed turn while another
-        may still rule; the last one's failure is. Returns the turn and the models that failed.
+        may still rule; the last one's failure is. Returns the turn, the models that failed and
+        the spec name of the model that answered (the last tried).
         """
         models = self.debate.models_for(persona.key)
         failed: list[FailedModel] = []
@@ -685,7 +689,7 @@ class DebateRun:
             last = i == len(models) - 1
             turn = await self._call(persona, model=model, last_try=last, **kwargs)
             if turn.ok or last or turn.cancelled:
-                return turn, failed
+                return turn, failed, model.name
             failed.append(FailedModel(model=model.name, error=turn.error or "failed"))
             message = f"{model.name} failed, {models[i + 1].name} rules next: {turn.error}"
             await self.emit("retry", round=kwargs["rnd"], speaker=persona.key, message=message)
