@@ -6,6 +6,7 @@ import asyncio
 import json
 import random
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -157,3 +158,99 @@ def test_a_decisive_field_cut_twice_is_a_failed_turn_never_the_fragment() -> Non
     assert result.fallback is not None and "judge failed" in result.fallback
     assert result.verdict is not None and not result.verdict.ok
     assert "cut off at the token limit" in (result.verdict.error or "")
+
+
+def _first_shown_judge(request: ModelRequest) -> Any:
+    """Speakers answer their own name; the judge always takes the first-shown answer (position-bound)."""
+    phase, speaker = request.metadata.get("phase"), request.metadata.get("speaker")
+    if phase == "turn":
+        return {"answer": f"answer of {speaker}", "confidence": 0.5}
+    return {"final_answer": _shown(request)[0][1], "confidence": 0.5}
+
+
+def test_the_audit_reaches_the_store_the_trace_and_the_summary(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from moot.app.tracing import DebateTracer
+    from moot.runs import RunStore, load_result
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = DebateTracer(provider.get_tracer("moot"), capture=False)
+    store = tmp_path / "runs.db"
+    debate = Debate("answer", model=FunctionModel(_first_shown_judge), store=store, judge_audit=True)
+    result = debate.run_sync("Which?", on_event=tracer.on_event)
+    judging = result.verdict.judging if result.verdict else None
+    assert judging is not None and judging.position_flip is True and judging.first_slot is True
+    assert judging.identity_flip is False and judging.extra_calls == 2
+    with RunStore(store) as opened:
+        (record,) = opened.list()
+        stored = load_result(opened, record.id)
+    assert record.summary["judge_audit"]["answer"]["position_flip_rate"] == 1.0
+    assert stored.verdict.judging == judging
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent synthesizer"]
+    attrs = dict(span.attributes or {})
+    assert attrs["moot.judge.position_flip"] is True and attrs["moot.judge.order"] == (
+        "affirmative",
+        "critical",
+    )
+    assert attrs["moot.judge.audit_extra_calls"] == 2
+    provider.shutdown()
+
+
+def test_swap_robust_makes_a_position_bound_synthesis_a_fallback() -> None:
+    debate = Debate("answer", model=FunctionModel(_first_shown_judge), judge_swap_robust=True)
+    result = debate.run_sync("Which?", initial_answer="KEEP")
+    assert result.fallback is not None and result.fallback.startswith("position-sensitive")
+    assert result.final_answer == "KEEP" and result.metrics["undecided_reason"] == "position-sensitive"
+    assert result.verdict is not None and result.verdict.judging is not None
+    assert result.verdict.judging.position_sensitive
+    assert result.usage.calls == 6  # the second order is part of a swap-robust decision's cost
+
+
+def test_swap_robust_panel_winner_becomes_a_tie() -> None:
+    def fn(request: ModelRequest) -> Any:
+        if request.metadata.get("phase") == "turn":
+            speaker = request.metadata.get("speaker")
+            return {
+                "speaker": str(speaker),
+                "stance": "neutral",
+                "planning": "p",
+                "reflection": "r",
+                "message": "m",
+            }
+        first = re.search(r"^- (\S+) \[turn", request.messages[-1].content, re.MULTILINE)
+        assert first is not None
+        return {"winner": first.group(1), "consensus": "c", "rationale": "r"}
+
+    plain = Debate("panel", model=FunctionModel(fn), overrides={"rounds": 1}).run_sync("Is it good?")
+    assert plain.verdict is not None and plain.verdict.get("winner") == "analyst"
+    robust = Debate("panel", model=FunctionModel(fn), overrides={"rounds": 1}, judge_swap_robust=True)
+    result = robust.run_sync("Is it good?")
+    assert result.verdict is not None and result.verdict.get("winner") is None  # undecided: a tie
+    assert result.fallback is None and result.final_answer == "c"
+    assert result.metrics["undecided_reason"] == "position-sensitive"
+
+
+def test_langgraph_node_and_subgraph_take_the_options() -> None:
+    from moot.integrations.langgraph import build_debate_graph, debate_node
+
+    node = debate_node("answer", model=FunctionModel(_first_shown_judge), judge_audit=True, judge_blind=True)
+    out = asyncio.run(node({"topic": "Which?"}))
+    assert out["debate"]["metrics"]["judge_audit"]["position_flip_rate"] == 1.0
+    assert out["debate"]["verdict"]["judging"]["blind"]
+    graph = build_debate_graph("answer", model=FunctionModel(_first_shown_judge), judge_audit=True)
+    state = asyncio.run(graph.ainvoke({"topic": "Which?"}))
+    assert state["result"]["metrics"]["judge_audit"]["n"] == 1
+    assert state["result"]["verdict"]["judging"]["position_flip"] is True
+
+
+def test_judge_shares_model_with_names_the_speakers_on_the_judges_model() -> None:
+    shared = FunctionModel(_first_shown_judge, name="test:judge-family")
+    other = FunctionModel(_first_shown_judge, name="test:other")
+    debate = Debate("answer", model=other, role_models={"affirmative": shared, "synthesizer": shared})
+    result = debate.run_sync("Which?")
+    assert result.judge_shares_model_with == ["affirmative"]

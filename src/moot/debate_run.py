@@ -405,7 +405,10 @@ class DebateRun:
             unreachable = unreachable_error(self.result)
             # Each endpoint's concurrency limit range, 429s and time-outs, as a bench records them.
             endpoints = self.debate.endpoint_stats()
-            summary = {"endpoints": endpoints} if endpoints else None
+            summary: dict[str, Any] | None = {"endpoints": endpoints} if endpoints else None
+            audit = self.result.metrics.get("judge_audit")
+            if audit is not None:  # keyed by method, as a bench's (moot runs show, the viewer)
+                summary = {**(summary or {}), "judge_audit": {self.protocol.name: audit}}
             if unreachable is not None and self.initial_answer is None:
                 # No answer at all, for a run-time reason: the run failed (its fallback result is kept).
                 error = f"cannot reach the model endpoint: {unreachable}"  # (which names its class)
