@@ -254,3 +254,60 @@ def test_judge_shares_model_with_names_the_speakers_on_the_judges_model() -> Non
     debate = Debate("answer", model=other, role_models={"affirmative": shared, "synthesizer": shared})
     result = debate.run_sync("Which?")
     assert result.judge_shares_model_with == ["affirmative"]
+
+
+def test_bench_run_show_and_viewer_report_the_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from moot.cli import main
+    from moot.runs import RunStore
+    from moot.view import create_app
+
+    store = tmp_path / "runs.db"
+    monkeypatch.setenv("MOOT_STORE", str(store))
+    out = tmp_path / "bench"
+    args = ["bench", "--task", "arithmetic", "--methods", "society:3:2,answer", "--model", "test", "--n", "4"]
+    code = main([*args, "--judge-audit", "--no-plots", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert (
+        "judge audit society:3:2: no deciding step" in err and "judge audit answer: position flip rate" in err
+    )
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Judge audit" in report and "--judge-audit" in report
+    with RunStore(store) as opened:
+        (record,) = opened.list(kind="bench")
+    audit = record.summary["judge_audit"]
+    assert set(audit) == {"society:3:2", "answer"} and audit["answer"]["decisions"] == 4
+    assert set(audit["answer"]) >= {
+        "position_flip_rate",
+        "position_flip_ci95",
+        "first_slot_share",
+        "identity_flip_rate",
+        "n",
+        "extra_calls",
+    }
+    assert audit["answer"]["extra_calls"] == 8
+    main(["runs", "show", record.id])
+    assert "judge audit answer" in capsys.readouterr().out
+    client = TestClient(create_app(str(store)), base_url="http://127.0.0.1:7575")
+    page = client.get(f"/runs/{record.id}").text
+    assert "Judge audit" in page and "no deciding step" in page
+    assert code in (0, 1)
+
+
+def test_debate_page_shows_who_ruled_and_the_audit(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from moot.runs import RunStore
+    from moot.view import create_app
+
+    store = tmp_path / "runs.db"
+    Debate("answer", model=FunctionModel(_first_shown_judge), store=store, judge_audit=True).run_sync(
+        "Which?"
+    )
+    with RunStore(store) as opened:
+        (record,) = opened.list()
+    page = TestClient(create_app(str(store)), base_url="http://127.0.0.1:7575").get(f"/runs/{record.id}").text
+    assert "judge audit" in page and "reversed order: a different decision" in page

@@ -22,6 +22,7 @@ from ..app.rerun import recorded_debate, recorded_endpoints, stored_run
 from ..debate_run import unreachable_error
 from ..engine import Debate
 from ..errors import UsageError
+from ..judging import audit_line
 from ..models import Model, default_model_spec
 from ..models.testing import ReplayModel
 from ..observe import annotate
@@ -194,6 +195,16 @@ def print_summary(console: Console, result: DebateResult) -> None:
         table.add_row("fallback", f"[yellow]{markup(result.fallback)}[/]")
     if result.stopped_early:
         table.add_row("stopped early", "yes")
+    for turn in result.turns(include_judge=True):  # who ruled, when another had to (judge failover)
+        j = turn.judging
+        if j is not None and j.failed_models:
+            failed = "; ".join(f"{f.model}: {f.error}" for f in j.failed_models)
+            table.add_row(f"{turn.speaker} ruled by", markup(f"{j.ruled_by or '(none)'} (failed: {failed})"))
+    audit = result.metrics.get("judge_audit")
+    if audit is not None:
+        table.add_row("judge audit", markup(audit_line(audit)))
+    if result.judge_shares_model_with:
+        table.add_row("judge's model", markup("also speaks for " + ", ".join(result.judge_shares_model_with)))
     u = result.usage
     # Requests sent beyond the answered calls (retries, unanswered) are what a server log shows too.
     sent = f" ({u.attempts} requests sent)" if u.attempts != u.calls else ""
