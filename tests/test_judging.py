@@ -311,3 +311,40 @@ def test_debate_page_shows_who_ruled_and_the_audit(tmp_path: Path) -> None:
         (record,) = opened.list()
     page = TestClient(create_app(str(store)), base_url="http://127.0.0.1:7575").get(f"/runs/{record.id}").text
     assert "judge audit" in page and "reversed order: a different decision" in page
+
+
+def test_yaml_judging_options_and_failover_lists(tmp_path: Path) -> None:
+    from moot.errors import ConfigError
+    from moot.protocol import load_protocol
+
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "extends: answer\njudging: {blind: true, shuffle: true, seed: 7}\n"
+        "personas:\n  synthesizer: {model: ['test:schema', 'test']}\n",
+        encoding="utf-8",
+    )
+    proto = load_protocol(str(path))
+    assert proto.judging.blind and proto.judging.shuffle and proto.judging.seed == 7
+    assert [m.name for m in Debate(proto).models_for("synthesizer")] == ["test:schema", "test:schema"]
+    with pytest.raises(ConfigError, match="judging.blindd"):
+        load_protocol({"extends": "answer", "judging": {"blindd": True}})
+    # the CLI's options merge into a file's judging: block
+    assert load_protocol(str(path), {"judging": {"audit": True}}).judging.seed == 7
+    assert Debate("answer").protocol.judging.model_dump() == {
+        "blind": False,
+        "shuffle": False,
+        "audit": False,
+        "swap_robust": False,
+        "seed": 0,
+    }  # the presets keep their seeds' behaviour
+
+
+def test_absa_takes_the_options() -> None:
+    from moot.absa import run_absa
+    from moot.absa.config import load_config
+
+    cfg = load_config(None).with_judging({"blind": True, "audit": True})
+    result = asyncio.run(run_absa("The pasta was great but the service was slow.", model="test", config=cfg))
+    assert result.debate is not None and result.debate.verdict is not None
+    judging = result.debate.verdict.judging
+    assert judging is not None and judging.blind and judging.reversed_order is not None

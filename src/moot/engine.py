@@ -35,7 +35,7 @@ RoleModel: TypeAlias = "ModelLike | Sequence[ModelLike]"
 """A persona's model, or for a deciding role several, tried in turn (judge failover)."""
 
 
-_SPEC_START = re.compile(r"^\s*(?!https?:)[A-Za-z][\w.-]*:")
+_SPEC_START = re.compile(r"^\s*(?!https?:)[A-Za-z][\w.-]*(:|\s*$)")  # provider:... or a bare provider
 
 
 def _choices(spec: Any) -> list[Any]:
