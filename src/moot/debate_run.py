@@ -344,7 +344,9 @@ class DebateRun:
             return None
         rnd = self.current_round()
         spec = self.protocol.moderator
-        if spec is not None:
+        # No valid argument yet: nothing to evaluate, and the debate goes on (a later round may
+        # argue); if none ever does, finish() falls back, saying so.
+        if spec is not None and self._no_argument() is None:
             await self._guard(self._step(spec, "moderator", number, rnd.turns))
             if self.fallback is not None:
                 return rnd.moderator
