@@ -349,3 +349,31 @@ def test_absa_takes_the_options() -> None:
     assert result.debate is not None and result.debate.verdict is not None
     judging = result.debate.verdict.judging
     assert judging is not None and judging.blind and judging.reversed_order is not None
+
+
+def test_self_preference_counts_the_judges_own_model_speakers_against_the_others() -> None:
+    from moot.bench.records import ItemRecord
+    from moot.bench.summary import self_preference
+    from moot.transcript import JudgingRecord
+
+    def unit(i: int, sided: str) -> ItemRecord:
+        record = JudgingRecord(order=["affirmative", "critical"], decision="x", sided_with=sided)
+        return ItemRecord(
+            item_id=str(i),
+            method="answer",
+            gold="1",
+            final="1",
+            correct=True,
+            parse_failed=False,
+            judging=[record],
+            judge_shares_model_with=["affirmative"],
+        )
+
+    records = [unit(i, "affirmative" if i < 30 else "critical") for i in range(40)]
+    pref = self_preference(records)
+    assert pref is not None and pref["n"] == 40
+    assert pref["own_win_rate"] == 0.75 and pref["other_win_rate"] == 0.25
+    low, high = pref["own_ci95"]
+    assert low < 0.75 < high
+    same = [r.model_copy(update={"judge_shares_model_with": ["affirmative", "critical"]}) for r in records]
+    assert self_preference(same) is None  # every speaker on the judge's model: no "other"
