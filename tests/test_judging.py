@@ -377,3 +377,26 @@ def test_self_preference_counts_the_judges_own_model_speakers_against_the_others
     assert low < 0.75 < high
     same = [r.model_copy(update={"judge_shares_model_with": ["affirmative", "critical"]}) for r in records]
     assert self_preference(same) is None  # every speaker on the judge's model: no "other"
+
+
+def test_the_audit_never_changes_the_run_it_measures() -> None:
+    # Its calls are outside the budget and the deadline, and a failed audit call is only noted.
+    calls = {"judge": 0}
+
+    def fn(request: ModelRequest) -> Any:
+        if request.metadata.get("phase") == "judge":
+            calls["judge"] += 1
+            if request.metadata.get("audit"):
+                raise ModelResponseError("audit call failed", model="t")
+        return _first_shown_judge(request)
+
+    from moot.errors import ModelResponseError
+
+    debate = Debate(
+        "answer", model=FunctionModel(fn), overrides={"budget": {"max_calls": 5}}, judge_audit=True
+    )
+    result = debate.run_sync("Which?")
+    assert result.fallback is None and not result.degraded and result.final_answer == "answer of affirmative"
+    judging = result.verdict.judging if result.verdict else None
+    assert judging is not None and judging.position_flip is None and len(judging.audit_errors) == 2
+    assert result.metrics["judge_audit"]["n"] == 0 and result.usage.calls == 5

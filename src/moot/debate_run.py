@@ -128,6 +128,7 @@ class DebateRun:
         """False when the run was asked to skip the debate (recorded in the run's config)."""
         self.observed: observe.RunHandle | None = None
         """The run's observers, attached by :meth:`begin` or :meth:`skip` (None before)."""
+        self._late = False  # True while the swap audit runs after the decision (no deadline applies)
         self.decision_key: DecisionKey | None = None
         """Reads a deciding step's decisive value from its answer (a bench task's parser), for the
         swap audit's "same decision" (:mod:`moot.judging`); None compares normalised text."""
@@ -392,6 +393,7 @@ class DebateRun:
         if self.fallback is None:
             self._decide()
             self._check_answer()
+        await self._deferred_audits()
         self._judging_summary()
         if self.fallback is not None:
             self.result.fallback = self.fallback
@@ -637,13 +639,15 @@ class DebateRun:
         *,
         blind: bool,
         audit: bool = False,
+        ruler: str | None = None,
     ) -> tuple[Turn, dict[str, str]]:
         """One deciding call over ``visible`` shown in ``order``, blind or not, with judge failover.
 
         Tried on each of the role's models in turn; returns the turn (content mapped back to
         persona keys) and the labels used.
 
-        ``audit``: an audit call, asked of the model that ruled, outside the budget and the cost.
+        ``audit``: an audit call, asked of the model that ruled (``ruler``), outside the budget
+        and the cost.
         """
         personas = self.protocol.personas
         persona = personas[spec.persona]
@@ -672,7 +676,7 @@ class DebateRun:
             "decisive": self._decisive(spec, phase),
         }
         if audit:
-            return await self._audit_call(persona, kwargs), labels
+            return await self._audit_call(persona, {**kwargs, "ruler": ruler}), labels
         turn, failed, ruler = await self._failover(persona, kwargs)
         if turn.ok and turn.content is not None and labels:
             turn.content = unblind(turn.content, labels)
@@ -714,7 +718,8 @@ class DebateRun:
             output_type=output_type,
             max_tokens=kwargs["max_tokens"],
         )
-        model = self.debate.model_for(persona.key)
+        models = self.debate.models_for(persona.key)
+        model = next((m for m in models if m.name == kwargs["ruler"]), models[0])  # ask who ruled
         outcome = await ask(
             model,
             messages,
@@ -729,31 +734,38 @@ class DebateRun:
             },
             retry=self.protocol.retry,
             validation_context={"topic": self.topic},
-            deadline=self.deadline,
+            deadline=None if self._late else self.deadline,
             decisive=kwargs["decisive"],
         )
         turn = turn_from(outcome, persona, kwargs["phase"], kwargs["rnd"], kwargs["output"], model.name)
         turn.sent = messages
         return turn
 
+    def _decided(self, spec: JudgeSpec, record: JudgingRecord, turn: Turn) -> str | None:
+        return decision_of(
+            turn,
+            answer_field=spec.answer_field,
+            personas=self.protocol.personas,
+            cands=record.order,
+            key=self.decision_key,
+        )
+
     async def _audit(
         self, spec: JudgeSpec, phase: str, number: int, visible: list[Turn], turn: Turn, record: JudgingRecord
     ) -> None:
-        """The swap audit and swap-robust check of one deciding turn (docs/judging.md)."""
+        """What a deciding turn decided, and the swap-robust check.
+
+        The swap-robust second order is part of the decision: in its cost, under its deadline.
+        The swap audit's calls wait for :meth:`finish` (:meth:`_deferred_audits`), so measuring
+        never changes the run.
+        """
         judging = self.protocol.judging
-        personas = self.protocol.personas
         cands = record.order
-
-        def decided(t: Turn) -> str | None:
-            return decision_of(
-                t, answer_field=spec.answer_field, personas=personas, cands=cands, key=self.decision_key
-            )
-
-        record.decision = decided(turn)
+        record.decision = self._decided(spec, record, turn)
         side = candidate_of(
             record.decision,
             turn,
-            personas=personas,
+            personas=self.protocol.personas,
             cands=cands,
             seen=visible,
             answer_field=self.protocol.answer_field,
@@ -762,40 +774,105 @@ class DebateRun:
         record.sided_with = side
         if side is not None and cands:
             record.first_slot = side == cands[0]
-        if len(cands) < 2 or not (judging.audit or judging.swap_robust):
+        if len(cands) < 2 or not judging.swap_robust:
             return
-        second = audit_order(cands)
-        record.reversed_order = second
-        asks = [self._ruling(spec, phase, number, visible, second, blind=judging.blind, audit=True)]
-        if judging.audit and not judging.blind:
-            asks.append(self._ruling(spec, phase, number, visible, cands, blind=True, audit=True))
-        done = await asyncio.gather(*asks)
-        for i, (other, labels) in enumerate(done):
+        await self._second_opinions(spec, phase, number, visible, turn, record, reversed_=True, blind=False)
+        if record.position_flip:
+            record.position_sensitive = True
+            _undecide(turn)
+
+    async def _second_opinions(
+        self,
+        spec: JudgeSpec,
+        phase: str,
+        number: int,
+        visible: list[Turn],
+        turn: Turn,
+        record: JudgingRecord,
+        *,
+        reversed_: bool,
+        blind: bool,
+    ) -> None:
+        """Ask the deciding call again reversed and/or blind; record the decisions and flips.
+
+        The reversed call of a swap-robust step is part of the decision (its cost); every other
+        is the audit's, counted apart (``extra_calls``).
+        """
+        judging = self.protocol.judging
+        cands = record.order
+        asks, kinds = [], []
+        if reversed_:
+            record.reversed_order = audit_order(cands)
+            asks.append(
+                self._ruling(
+                    spec,
+                    phase,
+                    number,
+                    visible,
+                    record.reversed_order,
+                    blind=judging.blind,
+                    audit=True,
+                    ruler=record.ruled_by,
+                )
+            )
+            kinds.append("reversed")
+        if blind:
+            asks.append(
+                self._ruling(
+                    spec, phase, number, visible, cands, blind=True, audit=True, ruler=record.ruled_by
+                )
+            )
+            kinds.append("blind")
+        for kind, (other, labels) in zip(kinds, await asyncio.gather(*asks), strict=True):
             if other.ok and other.content is not None and labels:
                 other.content = unblind(other.content, labels)
-            costed = i == 0 and judging.swap_robust  # the second order is part of a swap-robust decision
-            if costed:
+            if kind == "reversed" and judging.swap_robust:
                 self._account(other)
             else:
                 record.extra_calls += other.usage.attempts
                 record.extra_usage = record.extra_usage + other.usage
             if not other.ok:
-                record.audit_errors.append(f"{'reversed' if i == 0 else 'blind'}: {other.error}")
+                record.audit_errors.append(f"{kind}: {other.error}")
                 continue
-            value = decided(other)
-            if i == 0:
-                record.reversed_decision = value
-                record.position_flip = (
-                    None if value is None or record.decision is None else value != record.decision
-                )
+            value = self._decided(spec, record, other)
+            flip = None if value is None or record.decision is None else value != record.decision
+            if kind == "reversed":
+                record.reversed_decision, record.position_flip = value, flip
             else:
-                record.blind_decision = value
-                record.identity_flip = (
-                    None if value is None or record.decision is None else value != record.decision
-                )
-        if judging.swap_robust and record.position_flip:
-            record.position_sensitive = True
-            _undecide(turn)
+                record.blind_decision, record.identity_flip = value, flip
+
+    async def _deferred_audits(self) -> None:
+        """The swap audit of every deciding turn (``judging.audit``), once the run has decided.
+
+        Outside the run's deadline and budget: the audit measures the decision, it never changes
+        it. The turns each step saw are read back from the result (a run resumed elsewhere too).
+        """
+        p = self.protocol
+        if not p.judging.audit:
+            return
+        self._late = True  # past the decision: no deadline to keep
+        steps: list[tuple[JudgeSpec, str, Turn, list[Turn]]] = []
+        for rnd in self.result.rounds:
+            if p.moderator is not None and rnd.moderator is not None:
+                steps.append((p.moderator, "moderator", rnd.moderator, list(rnd.turns)))
+        if p.judge is not None and self.result.verdict is not None:
+            steps.append((p.judge, "judge", self.result.verdict, self.result.turns()))
+        for spec, phase, turn, visible in steps:
+            record = turn.judging
+            if record is None or not turn.ok or len(record.order) < 2 or record.decision is None:
+                continue
+            if record.reversed_order is not None and (p.judging.blind or record.blind_decision is not None):
+                continue  # audited already (a run resumed after its audit)
+            await self._second_opinions(
+                spec,
+                phase,
+                turn.round,
+                visible,
+                turn,
+                record,
+                reversed_=record.reversed_order is None,
+                blind=not p.judging.blind,
+            )
 
     def _check_failure(self, turn: Turn, what: str) -> None:
         if turn.ok:
