@@ -203,8 +203,10 @@ def print_summary(console: Console, result: DebateResult) -> None:
     audit = result.metrics.get("judge_audit")
     if audit is not None:
         table.add_row("judge audit", markup(audit_line(audit)))
-    if result.judge_shares_model_with:
-        table.add_row("judge's model", markup("also speaks for " + ", ".join(result.judge_shares_model_with)))
+    shared = result.judge_shares_model_with
+    speakers = {t.speaker for t in result.turns() if t.phase == "turn"}
+    if shared and set(shared) != speakers:  # mixed models: the judge's own family is among them
+        table.add_row("judge's model", markup("also speaks for " + ", ".join(shared)))
     u = result.usage
     # Requests sent beyond the answered calls (retries, unanswered) are what a server log shows too.
     sent = f" ({u.attempts} requests sent)" if u.attempts != u.calls else ""
