@@ -400,3 +400,12 @@ def test_the_audit_never_changes_the_run_it_measures() -> None:
     judging = result.verdict.judging if result.verdict else None
     assert judging is not None and judging.position_flip is None and len(judging.audit_errors) == 2
     assert result.metrics["judge_audit"]["n"] == 0 and result.usage.calls == 5
+
+
+def test_langgraph_node_leaves_the_answer_when_no_speaker_argued() -> None:
+    from moot.integrations.langgraph import debate_node
+
+    node = debate_node("adversarial", model=FunctionModel(lambda r: "unusable"), answer_key="answer")
+    out = asyncio.run(node({"topic": "Cats are better than dogs", "answer": "the state's own"}))
+    assert "answer" not in out  # the state's answer is left as it was
+    assert out["debate"]["fallback"].startswith("no argument") and out["debate"]["final_answer"] is None
