@@ -305,8 +305,3 @@ def audit_line(a: dict[str, Any]) -> str:
         f"{share(a['first_slot_share'])}, identity flip rate {share(a['identity_flip_rate'])}, "
         f"extra calls {a['extra_calls']}"
     )
-
-
-def record_for(order: list[str], *, blind: bool, shuffled: bool) -> JudgingRecord:
-    """A fresh record of one deciding call's presentation."""
-    return JudgingRecord(order=order, blind=blind, shuffled=shuffled)
