@@ -8,6 +8,7 @@ judge's endpoint dead the second rules (exit 0, named); with both dead the run f
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -256,3 +257,75 @@ def test_without_blind_the_same_check_finds_the_names(capsys: pytest.CaptureFixt
         bodies = _deciding_bodies(server)
     capsys.readouterr()
     assert bodies and _leaks(bodies[0], _identities("answer"))
+
+
+EXPRESSION = re.compile(r"What is the result of ([0-9+*-]+)\?")
+SHOWN = re.compile(r"^- (\S+) \[turn, round 2\]: (.*)$", re.MULTILINE)
+
+
+def _scripted_judge(n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+    """Speakers: one right, one wrong (which: by item); the synthesizer takes the first-shown answer
+    with probability 0.3 (drawn from the prompt it was sent, so each order draws anew), else the
+    better-supported (right) one."""
+    text = "\n".join(m["content"] for m in body["messages"])
+    found = EXPRESSION.search(text)
+    assert found is not None
+    expression = found.group(1)
+    right = eval(expression, {"__builtins__": {}})  # noqa: S307 - digits and + * - only, from moot's own task
+    if _title(body) == "Synthesis":
+        shown = SHOWN.findall(body["messages"][-1]["content"])
+        rng = random.Random(body["messages"][-1]["content"])
+        if rng.random() < 0.3:
+            pick = shown[0][1]
+        else:
+            pick = next(a for _, a in shown if "supported" in a)
+        return Fate(content=json.dumps({"final_answer": pick, "confidence": 0.5}))
+    affirmative_right = random.Random(expression).random() < 0.5
+    speaker_is_affirmative = '"key": "affirmative"' in text
+    good = affirmative_right == speaker_is_affirmative
+    answer = f"Well supported: ({right})" if good else f"A guess: ({right + 1})"
+    return Fate(content=json.dumps({"answer": answer, "confidence": 0.5}))
+
+
+@pytest.mark.integration  # 2,800 requests to a local server (~30 s on 2 shared cores)
+def test_bench_audit_measures_a_position_biased_judge_over_400_items(tmp_path: Path) -> None:
+    with FaultServer(_scripted_judge) as server:
+        spec = _spec(server, "scripted-judge")
+        try:
+            code = main(
+                [
+                    "bench",
+                    "--task",
+                    "arithmetic",
+                    "--methods",
+                    "answer",
+                    "--model",
+                    spec,
+                    "--n",
+                    "400",
+                    "--concurrency",
+                    "32",
+                    "--judge-audit",
+                    "--deadline",
+                    "120",
+                    "--no-plots",
+                    "--no-store",
+                    "--out",
+                    str(tmp_path / "out"),
+                ]
+            )
+        finally:
+            models._CACHE.pop(spec, None)
+    lines = (tmp_path / "out" / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    flips = [r["judging"][0]["position_flip"] for r in records]
+    assert len(flips) == 400 and None not in flips
+    from moot.judging import wilson_interval
+
+    rate = sum(flips) / 400
+    low, high = wilson_interval(sum(flips), 400)
+    print(f"position flip rate {rate:.3f} [{low:.3f}, {high:.3f}] over 400 items")
+    assert abs(rate - 0.30) <= 0.05 and low <= 0.30 <= high, (rate, low, high)
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert f"| answer | 400 | 400 | {rate:.2f} | [{low:.2f}, {high:.2f}]" in report
+    assert code in (0, 1)
