@@ -92,8 +92,10 @@ MAX_ITEMS = 100_000
 RESULTS_FILE = "results.jsonl"
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
-_FINGERPRINT = ("task", "model", "seed", "temperature", "max_tokens", "exclude_conflict")
-_FINGERPRINT_DEFAULTS = {"exclude_conflict": False}  # fields older run.json files do not have
+_FINGERPRINT = ("task", "model", "seed", "temperature", "max_tokens", "exclude_conflict", "judging")
+# Fields older run.json files do not have. A resume may not change the judging options: the
+# audit's figures would mix audited and unaudited units.
+_FINGERPRINT_DEFAULTS: dict[str, Any] = {"exclude_conflict": False, "judging": {}}
 
 
 class BenchConfig(BaseModel):
