@@ -165,6 +165,25 @@ def test_confidence_is_clamped_and_percentages_read() -> None:
     assert AnswerTurn.model_validate({"answer": "x", "confidence": "70%"}).confidence == 0.7
 
 
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [
+        (1.2, 1.0),
+        (1.9, 1.0),
+        (1, 1.0),
+        (0.7, 0.7),
+        (2, 0.02),
+        (2.5, 0.025),
+        (50, 0.5),
+        (250, 1.0),
+        ("1.2%", 0.012),
+    ],
+)
+def test_only_plain_percentages_are_read_as_percentages(given: object, read: float) -> None:
+    # Issue 32: a reply's 1.2 is an overshoot of the 0-1 scale (very confident), never 1.2 per cent.
+    assert AnswerTurn.model_validate({"answer": "x", "confidence": given}).confidence == pytest.approx(read)
+
+
 def test_extract_json_tolerates_fences_and_chatter() -> None:
     assert extract_json('Sure! ```json\n{"a": 1}\n``` done') == {"a": 1}
     assert extract_json('prefix {"a": {"b": 2}} suffix') == {"a": {"b": 2}}

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -54,12 +55,14 @@ from .deadline import Deadline, timeout_scope
 from .engine import Debate, DebateRun, EventCallback
 from .errors import UsageError
 from .human_review import HumanDecision, ReviewMode, ask_human, check_mode, require_checkpointer, run_once
+from .judging import audit_summary, label, unblind
 from .models import ModelLike, default_model_spec, resolve_model
 from .models.base import Usage
 from .models.cache import cache_scope
 from .observe import PipelineEvent, RunHandle, RunStart, degraded_status, observed
+from .protocol import Judging
 from .schemas import Arbitration
-from .transcript import DebateResult, Turn
+from .transcript import DebateResult, JudgingRecord, Turn
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -132,6 +135,42 @@ class ArbitrationResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     human_review: Turn | None = None
     """The human reviewer's turn (phase ``human``), when :func:`arbitration_node` paused for one."""
+    judge_audit: dict[str, Any] | None = None
+    """The swap audit over the rulings (:func:`moot.judging.audit_summary`), when asked."""
+
+
+_SWAPPED = {
+    "agent1_correct": "agent2_correct",
+    "agent2_correct": "agent1_correct",
+    "use_agent1": "use_agent2",
+    "use_agent2": "use_agent1",
+}
+
+
+def _presented(c: Contradiction, *, swap: bool, blind: bool) -> Contradiction:
+    """The contradiction as one arbitration call sees it: its agents swapped, named blind, or both."""
+    first, second = (c.agent2, c.agent1) if swap else (c.agent1, c.agent2)
+    if blind:
+        first = first.model_copy(update={"agent": label(0)})
+        second = second.model_copy(update={"agent": label(1)})
+    return c.model_copy(update={"agent1": first, "agent2": second})
+
+
+def _map_back(content: dict[str, Any], *, swap: bool, labels: dict[str, str]) -> dict[str, Any]:
+    """A ruling on a swapped or blind presentation, told in the contradiction's own terms."""
+    out = unblind(content, labels)
+    if swap:
+        for key in ("resolution", "action"):
+            value = out.get(key)
+            out[key] = _SWAPPED.get(value, value) if isinstance(value, str) else value
+    return out
+
+
+def _ruling_key(content: dict[str, Any] | None) -> str | None:
+    """The same decision of an arbitration (docs/judging.md): the agent chosen, the action, the value."""
+    if content is None:
+        return None
+    return f"{content.get('resolution')}/{content.get('action')}/{content.get('recommended_value')}"
 
 
 def _settle(metric: str, pairs: list[tuple[Contradiction, Ruling]]) -> MetricConsensus:
@@ -259,6 +298,10 @@ async def arbitrate(
     store: Any = None,
     cache: Any = None,
     budget_usd: float | None = None,
+    judge_blind: bool | None = None,
+    judge_shuffle: bool | None = None,
+    judge_audit: bool | None = None,
+    judge_swap_robust: bool | None = None,
 ) -> ArbitrationResult:
     """Detect contradictions, arbitrate each with one call, and build the consensus.
 
@@ -287,6 +330,13 @@ async def arbitrate(
         cache: answer model requests from a response cache (:mod:`moot.models.cache`): a cache
             file, a ``ResponseCache``, or True for ``$MOOT_CACHE`` / ``./.moot/cache.db``; None
             (the default: ``debate``'s cache, if any).
+        judge_blind: name the two agents ``Speaker A`` and ``Speaker B`` in the arbitrator's
+            prompt (None: the arbitration protocol's ``judging.blind``); rulings are mapped back.
+        judge_shuffle: show the two agents in a seeded random order per contradiction.
+        judge_audit: ask each arbitration again with the agents swapped (and, not blind, once
+            more blind): ``judge_audit`` in the result, the extra calls counted apart.
+        judge_swap_robust: a ruling that changes when the agents are swapped is flagged for
+            review (``flag_for_review``, reason ``position-sensitive``).
         budget_usd: US dollars each contradiction's arbitration may cost (its call reserves its
             most first, :mod:`moot.budget`); one that could pass it gets no ruling (flagged for
             review). Not with ``debate``, which keeps its own.
@@ -308,13 +358,22 @@ async def arbitrate(
     )
     if spec is None and debate is not None:
         spec = debate.model_spec
-    config = {
+    config: dict[str, Any] = {
         "reports": [r.model_dump(mode="json") for r in parsed],
         "model": spec,
         "concurrency": concurrency,
         "source_authority": list(source_authority),
         "timeout_s": timeout_s,
     }
+    options = {
+        "blind": judge_blind,
+        "shuffle": judge_shuffle,
+        "audit": judge_audit,
+        "swap_robust": judge_swap_robust,
+    }
+    given = {k: v for k, v in options.items() if v is not None}
+    if given:
+        config["judging"] = dict(given)
     start = RunStart(
         kind="arbitrate", title=f"{len(parsed)} reports", model=spec or default_model_spec(), config=config
     )
@@ -338,9 +397,13 @@ async def arbitrate(
             timeout_s=timeout_s,
             deadline=deadline,
             on_event=on_event,
+            judging=given,
         )
         failed = sum(1 for r in result.rulings if r.decision is None)
-        run.end(degraded_status(failed, len(result.rulings)), result, summary={"failed": failed})
+        summary: dict[str, Any] = {"failed": failed}
+        if result.judge_audit is not None:
+            summary["judge_audit"] = {"arbitration": result.judge_audit}
+        run.end(degraded_status(failed, len(result.rulings)), result, summary=summary)
     return result
 
 
@@ -362,6 +425,91 @@ def _observed_after_models(
         yield run
 
 
+class _Judged:
+    """The arbitrator's calls on one arbitration: presented (swapped, blind), mapped back, audited."""
+
+    def __init__(
+        self,
+        arbiter: Debate,
+        options: Judging,
+        source_authority: Sequence[str],
+        deadline: Deadline | None,
+        on_event: EventCallback | None,
+        runs: dict[int, DebateRun],
+    ) -> None:
+        self.arbiter, self.options, self.source_authority = arbiter, options, source_authority
+        self.deadline, self.on_event, self.runs = deadline, on_event, runs
+        self.records: list[JudgingRecord] = []
+        self.costed = Usage()
+        """The swap-robust second orders' usage: part of the arbitration's cost (the audit's is not)."""
+
+    async def ask(
+        self, c: Contradiction, *, swap: bool, blind: bool, quiet: bool
+    ) -> tuple[DebateResult, dict[str, Any] | None]:
+        """One arbitration call on ``c`` presented so; its ruling told in ``c``'s own terms.
+
+        ``quiet``: an audit's call (no events, not the run kept for a time-out's accounting).
+        """
+        shown = _presented(c, swap=swap, blind=blind)
+        context = {**shown.model_dump(mode="json"), "source_authority": [*self.source_authority, "other"]}
+        run = self.arbiter.start(
+            shown.describe(self.source_authority),
+            context=context,
+            deadline=self.deadline,
+            on_event=None if quiet else self.on_event,
+        )
+        if not quiet:
+            self.runs[c.id] = run
+        res = await run.execute()  # ends at the deadline by itself, its cut-off turn kept
+        turn = res.rounds[0].turns[0] if res.rounds and res.rounds[0].turns else None
+        if turn is None or not turn.ok or turn.content is None:
+            return res, None
+        first, second = (c.agent2, c.agent1) if swap else (c.agent1, c.agent2)
+        labels = {label(0): first.agent, label(1): second.agent} if blind else {}
+        turn.content = _map_back(turn.content, swap=swap, labels=labels)
+        return res, turn.content
+
+    async def audit(self, c: Contradiction, turn: Turn, content: dict[str, Any], swap: bool) -> None:
+        """Record how the ruling was asked; the swap audit (and swap-robust check) when asked."""
+        options = self.options
+        order = [c.agent2.agent, c.agent1.agent] if swap else [c.agent1.agent, c.agent2.agent]
+        record = JudgingRecord(
+            order=order, blind=options.blind, shuffled=options.shuffle, ruled_by=turn.model
+        )
+        record.decision = _ruling_key(content)
+        chosen = {"agent1_correct": c.agent1.agent, "agent2_correct": c.agent2.agent}.get(
+            str(content.get("resolution"))
+        )
+        record.sided_with = chosen
+        record.first_slot = None if chosen is None else chosen == order[0]
+        turn.judging = record
+        self.records.append(record)
+        if not (options.audit or options.swap_robust):
+            return
+        record.reversed_order = order[::-1]
+        asks = [self.ask(c, swap=not swap, blind=options.blind, quiet=True)]
+        if options.audit and not options.blind:
+            asks.append(self.ask(c, swap=swap, blind=True, quiet=True))
+        for i, (res, other) in enumerate(await asyncio.gather(*asks)):
+            if i == 0 and options.swap_robust:  # the second order is part of a swap-robust ruling
+                self.costed = self.costed + res.usage
+            else:
+                record.extra_calls += res.usage.attempts  # never in the arbitration's usage
+                record.extra_usage = record.extra_usage + res.usage
+            value = _ruling_key(other)
+            if value is None:
+                record.audit_errors.append(f"{'reversed' if i == 0 else 'blind'}: {res.fallback or 'failed'}")
+            elif i == 0:
+                record.reversed_decision = value
+                record.position_flip = value != record.decision
+            else:
+                record.blind_decision = value
+                record.identity_flip = value != record.decision
+        if options.swap_robust and record.position_flip:
+            record.position_sensitive = True
+            content["action"] = "flag_for_review"  # a ruling the order decided is no ruling: review it
+
+
 async def _arbitrate(
     parsed: list[AgentReport],
     *,
@@ -373,6 +521,7 @@ async def _arbitrate(
     timeout_s: float | None,
     deadline: Deadline | None,
     on_event: EventCallback | None,
+    judging: dict[str, bool],
 ) -> ArbitrationResult:
     """:func:`arbitrate` inside its observed run (same arguments, the reports parsed)."""
     started = time.perf_counter()
@@ -387,31 +536,34 @@ async def _arbitrate(
         )
         return result
     arbiter = debate or Debate("arbitration", model=model)
+    options = arbiter.protocol.judging.model_copy(update=judging)
+    runs: dict[int, DebateRun] = {}  # kept so a timed-out run still reports the calls it made
     gate = asyncio.Semaphore(max(1, concurrency))
     done = 0
-
-    runs: dict[int, DebateRun] = {}  # kept so a timed-out run still reports the calls it made
+    judge = _Judged(arbiter, options, source_authority, deadline, on_event, runs)
 
     async def one(c: Contradiction) -> tuple[Ruling, DebateResult] | None:
         """The ruling, or None when the deadline passed first (waiting for a slot, or running)."""
         nonlocal done
-        context = {**c.model_dump(mode="json"), "source_authority": [*source_authority, "other"]}
         try:
             async with timeout_scope(deadline):
                 await gate.acquire()
         except TimeoutError:
             return None  # never sent
+        swap = (
+            options.shuffle
+            and random.Random(f"{options.seed}|arbitration|{c.id}|{c.metric_name}").random() < 0.5
+        )
         try:
-            runs[c.id] = run = arbiter.start(
-                c.describe(source_authority), context=context, deadline=deadline, on_event=on_event
-            )
-            res = await run.execute()  # ends at the deadline by itself, its cut-off turn kept
+            res, content = await judge.ask(c, swap=swap, blind=options.blind, quiet=False)
+            turn = res.rounds[0].turns[0] if res.rounds and res.rounds[0].turns else None
+            if turn is not None and content is not None:
+                await judge.audit(c, turn, content, swap)
         finally:
             gate.release()
         if res.fallback and deadline is not None and deadline.expired():
             return None
-        turn = res.rounds[0].turns[0] if res.rounds and res.rounds[0].turns else None
-        decision = Arbitration.model_validate(turn.content) if turn is not None and turn.ok else None
+        decision = Arbitration.model_validate(content) if content is not None else None
         error = None if decision is not None else (turn.error if turn is not None else res.fallback)
         done += 1
         await _notify(on_progress, "debate", "progress", {"done": done, "total": len(contradictions)})
@@ -433,7 +585,8 @@ async def _arbitrate(
         consensus_narrative=narrative,
         adjusted_reports=adjusted,
         latency_ms=latency,
-        usage=usage,
+        usage=usage + judge.costed,
+        judge_audit=audit_summary(judge.records) if options.audit or options.swap_robust else None,
     )
     summary = {"contradictions": len(contradictions), "resolved": result.resolved, "flagged": flagged}
     await _notify(on_progress, "debate", "complete", summary, latency)
@@ -578,6 +731,10 @@ def arbitration_node(
     concurrency: int = 4,
     store: Any = None,
     budget_usd: float | None = None,
+    judge_blind: bool | None = None,
+    judge_shuffle: bool | None = None,
+    judge_audit: bool | None = None,
+    judge_swap_robust: bool | None = None,
 ) -> Callable[[Any], Awaitable[dict[str, Any]]]:
     """Seed 004's debate node for a LangGraph graph: arbitrate the reports in the state.
 
@@ -595,6 +752,9 @@ def arbitration_node(
 
     Each arbitration is recorded as one ``arbitrate`` run when given ``store=`` (a path, an open
     ``RunStore``, True for the default store) or a ``debate`` with a store.
+
+    ``judge_blind``, ``judge_shuffle``, ``judge_audit``, ``judge_swap_robust``: as for
+    :func:`arbitrate` (docs/judging.md).
 
     Raises:
         UsageError: an unknown ``human_review``; (when the node runs) ``human_review`` without a
@@ -627,6 +787,10 @@ def arbitration_node(
                 source_authority=source_authority,
                 timeout_s=timeout_s,
                 concurrency=concurrency,
+                judge_blind=judge_blind,
+                judge_shuffle=judge_shuffle,
+                judge_audit=judge_audit,
+                judge_swap_robust=judge_swap_robust,
             )
             return result.model_dump(mode="json")
 

@@ -36,14 +36,36 @@ from .budget import Ledger, check_priced
 from .deadline import Deadline, timeout_scope
 from .errors import BudgetExceeded, ContextLengthExceeded, ModelError, UsageError
 from .history import SMALLEST_WINDOW, Fitted, fit_turns, summary_task
+from .judging import (
+    DecisionKey,
+    audit_order,
+    audit_summary,
+    blind_turns,
+    candidate_of,
+    candidates,
+    decision_of,
+    shown_order,
+    unblind,
+)
 from .models import Model
 from .models.base import CallStats, Message
 from .models.pricing import CHARS_PER_TOKEN, estimate_tokens
-from .prompting import build_messages, render_context
+from .prompting import blind_prompt, build_messages, render_context
 from .protocol import JudgeSpec, Protocol
 from .schemas import get_output
 from .structured import OnRequest, Outcome, ask
-from .transcript import DebateResult, Event, EventKind, Persona, RequestRecord, Round, Timings, Turn
+from .transcript import (
+    DebateResult,
+    Event,
+    EventKind,
+    FailedModel,
+    JudgingRecord,
+    Persona,
+    RequestRecord,
+    Round,
+    Timings,
+    Turn,
+)
 from .turns import cancelled_turn, trim, turn_from
 
 if TYPE_CHECKING:
@@ -114,6 +136,10 @@ class DebateRun:
         """False when the run was asked to skip the debate (recorded in the run's config)."""
         self.observed: observe.RunHandle | None = None
         """The run's observers, attached by :meth:`begin` or :meth:`skip` (None before)."""
+        self._late = False  # True while the swap audit runs after the decision (no deadline applies)
+        self.decision_key: DecisionKey | None = None
+        """Reads a deciding step's decisive value from its answer (a bench task's parser), for the
+        swap audit's "same decision" (:mod:`moot.judging`); None compares normalised text."""
 
     # -- events and budget ------------------------------------------------------------------
     async def emit(self, kind: EventKind, **fields: Any) -> None:
@@ -189,6 +215,19 @@ class DebateRun:
     def _stop(self, reason: str) -> None:
         if self.fallback is None:  # the first reason wins
             self.fallback = reason
+
+    def _judging_summary(self) -> None:
+        """The swap audit's figures over this run's deciding turns, and who shares the judge's model."""
+        deciding = [t for t in self.result.turns(include_judge=True) if t.phase in ("judge", "moderator")]
+        judging = self.protocol.judging
+        if judging.audit or judging.swap_robust:
+            self.result.metrics["judge_audit"] = audit_summary(t.judging for t in deciding)
+        if any(t.judging is not None and t.judging.position_sensitive for t in deciding):
+            self.result.metrics["undecided_reason"] = "position-sensitive"
+        ruling = {t.judging.ruled_by for t in deciding if t.judging is not None and t.judging.ruled_by}
+        speakers = {t.speaker for t in self.result.turns() if t.phase == "turn" and t.ok}
+        shared = [k for k in speakers if self.debate.model_for(k).name in ruling]
+        self.result.judge_shares_model_with = sorted(shared)
 
     # -- steps ------------------------------------------------------------------------------
     async def begin(self) -> None:
@@ -273,17 +312,19 @@ class DebateRun:
         p = self.protocol
         rnd = self.current_round()
         seen = [t for t in rnd.turns if self._stage_of.get(id(t), stage) < stage]
-        turn = await self._call(
-            p.personas[key],
-            phase="turn",
-            rnd=number,
-            prompt=p.prompt_for(key),
-            section="HISTORY",
-            visible=self.visible(key, number, seen),
-            task=p.task_for(key, number),
-            output=p.output_for(key),
-            max_tokens=p.max_tokens_per_turn,
-        )
+        kwargs = {
+            "phase": "turn",
+            "rnd": number,
+            "prompt": p.prompt_for(key),
+            "section": "HISTORY",
+            "visible": self.visible(key, number, seen),
+            "task": p.task_for(key, number),
+            "output": p.output_for(key),
+            "max_tokens": p.max_tokens_per_turn,
+        }
+        turn, failed, ruler = await self._failover(p.personas[key], kwargs)
+        if failed:  # the arbitrator (a speaker of its protocol) fails over too
+            turn.judging = JudgingRecord(ruled_by=ruler if turn.ok else None, failed_models=failed)
         self._stage_of[id(turn)] = stage
         rnd.turns.append(turn)  # appended as it completes, so a timeout loses nothing finished
         await self.emit("turn_completed", round=number, speaker=key, turn=turn)
@@ -317,7 +358,9 @@ class DebateRun:
             return None
         rnd = self.current_round()
         spec = self.protocol.moderator
-        if spec is not None:
+        # No valid argument yet: nothing to evaluate, and the debate goes on (a later round may
+        # argue); if none ever does, finish() falls back, saying so.
+        if spec is not None and self._no_argument() is None:
             await self._guard(self._step(spec, "moderator", number, rnd.turns))
             if self.fallback is not None:
                 return rnd.moderator
@@ -356,9 +399,15 @@ class DebateRun:
             kind: EventKind = "turn_completed" if turn.phase == "turn" else "judge_completed"
             await self.emit(kind, round=turn.round, speaker=turn.speaker, turn=turn)
         self._unreported.clear()
+        if self.fallback is None and self.protocol.aggregation != "none":
+            reason = self._no_argument()
+            if reason is not None:
+                self._stop(reason)
         if self.fallback is None:
             self._decide()
             self._check_answer()
+        await self._deferred_audits()
+        self._judging_summary()
         if self.fallback is not None:
             self.result.fallback = self.fallback
             self.result.final_answer = (
@@ -373,7 +422,10 @@ class DebateRun:
             unreachable = unreachable_error(self.result)
             # Each endpoint's concurrency limit range, 429s and time-outs, as a bench records them.
             endpoints = self.debate.endpoint_stats()
-            summary = {"endpoints": endpoints} if endpoints else None
+            summary: dict[str, Any] | None = {"endpoints": endpoints} if endpoints else None
+            audit = self.result.metrics.get("judge_audit")
+            if audit is not None:  # keyed by method, as a bench's (moot runs show, the viewer)
+                summary = {**(summary or {}), "judge_audit": {self.protocol.name: audit}}
             if unreachable is not None and self.initial_answer is None:
                 # No answer at all, for a run-time reason: the run failed (its fallback result is kept).
                 error = f"cannot reach the model endpoint: {unreachable}"  # (which names its class)
@@ -432,9 +484,20 @@ class DebateRun:
         task: str,
         output: str,
         max_tokens: int,
+        shown_as: Persona | None = None,
+        model: Model | None = None,
+        decisive: tuple[str, ...] = (),
+        last_try: bool = True,
     ) -> Turn:
+        """One structured call and its turn.
+
+        ``shown_as``: the persona the prompt names (a blind judge's neutral one); ``model``: the
+        model to ask (a deciding role's failover model); ``decisive``: fields a cut reply may not
+        hold (:func:`moot.structured.ask`); ``last_try`` False: a failure is not counted as a failed
+        turn (another model will rule).
+        """
         output_type = get_output(output)
-        model = self.debate.model_for(persona.key)
+        model = model or self.debate.model_for(persona.key)
         spec = self.protocol.history
         if spec is not None and spec.strategy == "summarize" and phase != "summary":
             # Speakers read the latest finished round whole; moderator and judge, the current one.
@@ -445,7 +508,7 @@ class DebateRun:
                 prompt=prompt,
                 topic=self.topic,
                 context=self.context_json,
-                persona=persona,
+                persona=shown_as or persona,
                 section=section,
                 turns=turns,
                 task=task + note,
@@ -487,6 +550,7 @@ class DebateRun:
                 validation_context={"topic": self.topic},
                 on_request=self._request_events(persona.key, rnd, phase) if self.listened else None,
                 deadline=self.deadline,
+                decisive=decisive,
             )
 
         try:
@@ -524,7 +588,7 @@ class DebateRun:
         if turn.ok:
             trim(turn, model, max_tokens)
         self._account(turn, stats)
-        if not turn.ok:
+        if not turn.ok and last_try:
             self.result.failed_turns += 1
             # INFO: the result, its events and every interface show a failed turn; what the CLI
             # says as a warning is the degradation behind it (retries exhausted, a mode refused).
@@ -715,18 +779,32 @@ class DebateRun:
         else:
             self.current_round().turns.append(turn)
 
+    def _no_argument(self) -> str | None:
+        """The fallback reason when the debate has speakers and every speaking turn failed, else None."""
+        spoken = [t for t in self.result.turns() if t.phase == "turn"]
+        if not self.protocol.speakers() or any(t.ok for t in spoken):
+            return None
+        # No argument to rule on: a decision now would be the judge's (or the rule's) own invention.
+        return f"no argument: every speaking turn failed ({len(spoken)} turns)"
+
     async def _step(self, spec: JudgeSpec, phase: str, number: int, visible: list[Turn]) -> Turn:
-        turn = await self._call(
-            self.protocol.personas[spec.persona],
-            phase=phase,
-            rnd=number,
-            prompt=spec.prompt,
-            section="ALL_TURNS",
-            visible=visible,
-            task=spec.task,
-            output=spec.output,
-            max_tokens=spec.max_tokens or self.protocol.max_tokens_per_turn,
+        reason = self._no_argument()
+        if reason is not None:
+            raise _Stop(reason)
+        judging = self.protocol.judging
+        spoken = candidates(visible)  # in the persona order, not the order concurrent turns finished
+        cands = [k for k in self.protocol.speakers() if k in spoken] + [
+            k for k in spoken if k not in self.protocol.speakers()
+        ]
+        order = shown_order(
+            cands, shuffle=judging.shuffle, seed=judging.seed, topic=self.topic, step=f"{phase}:{number}"
         )
+        turn, labels = await self._ruling(spec, phase, number, visible, order, blind=judging.blind)
+        record = turn.judging = turn.judging or JudgingRecord()
+        record.order, record.blind, record.labels = order, judging.blind, labels
+        record.shuffled = judging.shuffle and len(order) > 1
+        if turn.ok:
+            await self._audit(spec, phase, number, visible, turn, record)
         # Recorded before any stop decision, so a failed judge or moderator stays in the transcript.
         if phase == "judge":
             if turn.ok:
@@ -738,7 +816,262 @@ class DebateRun:
         if not turn.ok and phase == "judge" and self.protocol.aggregation == "judge":
             raise _Stop(f"judge failed: {turn.error}")
         self._check_failure(turn, f"{phase} failed")
+        if record.position_sensitive and phase == "judge" and spec.output not in _UNDECIDABLE:
+            # No undecided label in this protocol's answer (a synthesis): it is not the debate's answer.
+            raise _Stop("position-sensitive: the judge's decision changed with the candidates' order")
         return turn
+
+    def _decisive(self, spec: JudgeSpec, phase: str) -> tuple[str, ...]:
+        if phase == "moderator":
+            return ("leaning", "confidence")
+        if spec.answer_field:
+            return (spec.answer_field,)
+        return tuple(k for k in _MAIN_TEXT if k in get_output(spec.output).model_fields)[:1]
+
+    async def _ruling(
+        self,
+        spec: JudgeSpec,
+        phase: str,
+        number: int,
+        visible: list[Turn],
+        order: list[str],
+        *,
+        blind: bool,
+        audit: bool = False,
+        ruler: str | None = None,
+    ) -> tuple[Turn, dict[str, str]]:
+        """One deciding call over ``visible`` shown in ``order``, blind or not, with judge failover.
+
+        Tried on each of the role's models in turn; returns the turn (content mapped back to
+        persona keys) and the labels used.
+
+        ``audit``: an audit call, asked of the model that ruled (``ruler``), outside the budget
+        and the cost.
+        """
+        personas = self.protocol.personas
+        persona = personas[spec.persona]
+        rank = {k: i for i, k in enumerate(order)}
+        shown = sorted(
+            visible,
+            key=lambda t: (t.round, rank.get(t.speaker, len(rank)) if t.phase == "turn" else len(rank)),
+        )
+        labels: dict[str, str] = {}
+        prompt, shown_as = spec.prompt, None
+        if blind:
+            shown, labels = blind_turns(shown, order, personas)
+            prompt = blind_prompt(spec.prompt)
+            if persona.key in order:  # the judge also spoke (patch's CJ): its name would say which
+                shown_as = Persona(key="judge", name="Judge", role="Judge", goal=spec.task)
+        kwargs: dict[str, Any] = {
+            "phase": phase,
+            "rnd": number,
+            "prompt": prompt,
+            "section": "ALL_TURNS",
+            "visible": shown,
+            "task": spec.task,
+            "output": spec.output,
+            "max_tokens": spec.max_tokens or self.protocol.max_tokens_per_turn,
+            "shown_as": shown_as,
+            "decisive": self._decisive(spec, phase),
+        }
+        if audit:
+            return await self._audit_call(persona, {**kwargs, "ruler": ruler}), labels
+        turn, failed, ruler = await self._failover(persona, kwargs)
+        if turn.ok and turn.content is not None and labels:
+            turn.content = unblind(turn.content, labels)
+        turn.judging = JudgingRecord(ruled_by=ruler if turn.ok else None, failed_models=failed)
+        return turn, labels
+
+    async def _failover(
+        self, persona: Persona, kwargs: dict[str, Any]
+    ) -> tuple[Turn, list[FailedModel], str]:
+        """The call on each of the persona's models in turn until one succeeds (judge failover).
+
+        A model that failed (after its retries, or its repair) is not a failed turn while another
+        may still rule; the last one's failure is. Returns the turn, the models that failed and
+        the spec name of the model that answered (the last tried).
+        """
+        models = self.debate.models_for(persona.key)
+        failed: list[FailedModel] = []
+        for i, model in enumerate(models):
+            last = i == len(models) - 1
+            turn = await self._call(persona, model=model, last_try=last, **kwargs)
+            if turn.ok or last or turn.cancelled:
+                return turn, failed, model.name
+            failed.append(FailedModel(model=model.name, error=turn.error or "failed"))
+            message = f"{model.name} failed, {models[i + 1].name} rules next: {turn.error}"
+            await self.emit("retry", round=kwargs["rnd"], speaker=persona.key, message=message)
+        raise AssertionError("unreachable: a persona has at least one model")
+
+    async def _audit_call(self, persona: Persona, kwargs: dict[str, Any]) -> Turn:
+        """An audit's call: no events, no budget, its usage kept apart from the run's."""
+        output_type = get_output(kwargs["output"])
+        messages = build_messages(
+            prompt=kwargs["prompt"],
+            topic=self.topic,
+            context=self.context_json,
+            persona=kwargs["shown_as"] or persona,
+            section="ALL_TURNS",
+            turns=kwargs["visible"],
+            task=kwargs["task"],
+            output_type=output_type,
+            max_tokens=kwargs["max_tokens"],
+        )
+        models = self.debate.models_for(persona.key)
+        model = next((m for m in models if m.name == kwargs["ruler"]), models[0])  # ask who ruled
+        outcome = await ask(
+            model,
+            messages,
+            output_type,
+            max_tokens=kwargs["max_tokens"],
+            temperature=self.protocol.temperature,
+            metadata={
+                "speaker": persona.key,
+                "round": kwargs["rnd"],
+                "phase": kwargs["phase"],
+                "audit": True,
+            },
+            retry=self.protocol.retry,
+            validation_context={"topic": self.topic},
+            deadline=None if self._late else self.deadline,
+            decisive=kwargs["decisive"],
+        )
+        turn = turn_from(outcome, persona, kwargs["phase"], kwargs["rnd"], kwargs["output"], model.name)
+        turn.sent = messages
+        return turn
+
+    def _decided(self, spec: JudgeSpec, record: JudgingRecord, turn: Turn) -> str | None:
+        return decision_of(
+            turn,
+            answer_field=spec.answer_field,
+            personas=self.protocol.personas,
+            cands=record.order,
+            key=self.decision_key,
+        )
+
+    async def _audit(
+        self, spec: JudgeSpec, phase: str, number: int, visible: list[Turn], turn: Turn, record: JudgingRecord
+    ) -> None:
+        """What a deciding turn decided, and the swap-robust check.
+
+        The swap-robust second order is part of the decision: in its cost, under its deadline.
+        The swap audit's calls wait for :meth:`finish` (:meth:`_deferred_audits`), so measuring
+        never changes the run.
+        """
+        judging = self.protocol.judging
+        cands = record.order
+        record.decision = self._decided(spec, record, turn)
+        side = candidate_of(
+            record.decision,
+            turn,
+            personas=self.protocol.personas,
+            cands=cands,
+            seen=visible,
+            answer_field=self.protocol.answer_field,
+            key=self.decision_key,
+        )
+        record.sided_with = side
+        if side is not None and cands:
+            record.first_slot = side == cands[0]
+        if len(cands) < 2 or not judging.swap_robust:
+            return
+        await self._second_opinions(spec, phase, number, visible, turn, record, reversed_=True, blind=False)
+        if record.position_flip:
+            record.position_sensitive = True
+            _undecide(turn)
+
+    async def _second_opinions(
+        self,
+        spec: JudgeSpec,
+        phase: str,
+        number: int,
+        visible: list[Turn],
+        turn: Turn,
+        record: JudgingRecord,
+        *,
+        reversed_: bool,
+        blind: bool,
+    ) -> None:
+        """Ask the deciding call again reversed and/or blind; record the decisions and flips.
+
+        The reversed call of a swap-robust step is part of the decision (its cost); every other
+        is the audit's, counted apart (``extra_calls``).
+        """
+        judging = self.protocol.judging
+        cands = record.order
+        asks, kinds = [], []
+        if reversed_:
+            record.reversed_order = audit_order(cands)
+            asks.append(
+                self._ruling(
+                    spec,
+                    phase,
+                    number,
+                    visible,
+                    record.reversed_order,
+                    blind=judging.blind,
+                    audit=True,
+                    ruler=record.ruled_by,
+                )
+            )
+            kinds.append("reversed")
+        if blind:
+            asks.append(
+                self._ruling(
+                    spec, phase, number, visible, cands, blind=True, audit=True, ruler=record.ruled_by
+                )
+            )
+            kinds.append("blind")
+        for kind, (other, labels) in zip(kinds, await asyncio.gather(*asks), strict=True):
+            if other.ok and other.content is not None and labels:
+                other.content = unblind(other.content, labels)
+            if kind == "reversed" and judging.swap_robust:
+                self._account(other)
+            else:
+                record.extra_calls += other.usage.attempts
+                record.extra_usage = record.extra_usage + other.usage
+            if not other.ok:
+                record.audit_errors.append(f"{kind}: {other.error}")
+                continue
+            value = self._decided(spec, record, other)
+            flip = None if value is None or record.decision is None else value != record.decision
+            if kind == "reversed":
+                record.reversed_decision, record.position_flip = value, flip
+            else:
+                record.blind_decision, record.identity_flip = value, flip
+
+    async def _deferred_audits(self) -> None:
+        """The swap audit of every deciding turn (``judging.audit``), once the run has decided.
+
+        Outside the run's deadline and budget: the audit measures the decision, it never changes
+        it. The turns each step saw are read back from the result (a run resumed elsewhere too).
+        """
+        p = self.protocol
+        if not p.judging.audit:
+            return
+        self._late = True  # past the decision: no deadline to keep
+        steps: list[tuple[JudgeSpec, str, Turn, list[Turn]]] = []
+        for rnd in self.result.rounds:
+            if p.moderator is not None and rnd.moderator is not None:
+                steps.append((p.moderator, "moderator", rnd.moderator, list(rnd.turns)))
+        if p.judge is not None and self.result.verdict is not None:
+            steps.append((p.judge, "judge", self.result.verdict, self.result.turns()))
+        for spec, phase, turn, visible in steps:
+            record = turn.judging
+            if record is None or not turn.ok or len(record.order) < 2 or record.decision is None:
+                continue
+            if record.reversed_order is not None and (p.judging.blind or record.blind_decision is not None):
+                continue  # audited already (a run resumed after its audit)
+            await self._second_opinions(
+                spec,
+                phase,
+                turn.round,
+                visible,
+                turn,
+                record,
+                reversed_=record.reversed_order is None,
+                blind=not p.judging.blind,
+            )
 
     def _check_failure(self, turn: Turn, what: str) -> None:
         if turn.ok:
@@ -826,6 +1159,35 @@ class DebateRun:
             )
             self.result.decision = decision
             self.result.final_answer = decision.label
+
+
+_MAIN_TEXT = (
+    "final_answer",
+    "answer",
+    "message",
+    "content",
+    "synthesis",
+    "evaluation",
+    "explanation",
+    "consensus",
+)
+_UNDECIDABLE = ("summary", "moderation", "patch_judgement")
+"""Deciding outputs with an undecided outcome of their own (a tie, uncertain, no accepted edit)."""
+
+
+def _undecide(turn: Turn) -> None:
+    """A position-sensitive decision made undecided: no winner, leaning uncertain, no accepted edit."""
+    content = turn.content
+    if content is None:
+        return
+    if turn.output == "summary":
+        content["winner"] = None
+    elif turn.output == "moderation":
+        content["leaning"] = "uncertain"
+        content["pro_logic"] = content["con_logic"] = None  # the side scores were as order-bound
+        content["consensus_reached"] = False
+    elif turn.output == "patch_judgement":
+        content["final_patch"] = []
 
 
 def _round_turns(rnd: Round) -> list[Turn]:

@@ -9,15 +9,17 @@ The engine imports no provider SDK; models are resolved from specs lazily.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import moot.aio as aio
 
 from .deadline import Deadline, run_timeout_s
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
+from .judging import DecisionKey
 from .models import Model, ModelLike, default_model_spec, model_info, resolve_model
 from .models.base import endpoint_stats
 from .models.cache import ResponseCache, open_cache, with_cache
@@ -26,7 +28,7 @@ from .prompting import load_prompt
 from .protocol import Protocol, load_protocol
 from .transcript import DebateResult, Event
 
-__all__ = ["Debate", "DebateRun", "EventCallback", "debate_config", "with_budget_usd"]
+__all__ = ["Debate", "DebateRun", "EventCallback", "RoleModel", "debate_config", "with_budget_usd"]
 
 
 def with_budget_usd(overrides: Mapping[str, Any] | None, budget_usd: float | None) -> dict[str, Any]:
@@ -38,7 +40,34 @@ def with_budget_usd(overrides: Mapping[str, Any] | None, budget_usd: float | Non
     return out
 
 
-def _spec(spec: ModelLike | None) -> str | None:
+RoleModel: TypeAlias = "ModelLike | Sequence[ModelLike]"
+"""A persona's model, or for a deciding role several, tried in turn (judge failover)."""
+
+
+_SPEC_START = re.compile(r"^\s*(?!https?:)[A-Za-z][\w.-]*(:|\s*$)")  # provider:... or a bare provider
+
+
+def _choices(spec: Any) -> list[Any]:
+    """A role's models in order: a list as given, ``"A,B"`` split where a new spec begins.
+
+    A comma inside one spec's options (``endpoints=URL,URL``) does not start a spec, so it stays.
+    """
+    if isinstance(spec, str) and "," in spec:
+        parts: list[str] = []
+        for part in spec.split(","):
+            if parts and not _SPEC_START.match(part):
+                parts[-1] += "," + part
+            else:
+                parts.append(part)
+        return [p.strip() for p in parts if p.strip()]
+    if isinstance(spec, list | tuple):
+        return list(spec)
+    return [spec]
+
+
+def _spec(spec: Any) -> str | None:
+    if isinstance(spec, list | tuple):
+        return ",".join(str(_spec(s)) for s in spec)
     if spec is None or isinstance(spec, str):
         return spec
     if isinstance(spec, Model):
@@ -83,7 +112,16 @@ class Debate:
         protocol: a Protocol, a preset name, a YAML path or a dict.
         model: the default model: a ``provider:model`` spec, a Model, or None for ``local``.
         role_models: per-persona models (multi-model routing), e.g. ``{"judge": "openai:gpt-4o"}``;
-            a persona's own ``model`` field is used when it has no entry here.
+            a persona's own ``model`` field is used when it has no entry here. A role may name
+            several, a list or ``"A,B"``: when the first fails after its retries the next one
+            plays (judge failover for a deciding role: docs/judging.md).
+        judge_blind: show the deciding steps the candidates as ``Speaker A``, ``Speaker B``...
+            (``judging.blind``; None keeps the protocol's).
+        judge_shuffle: show them in a seeded random order per deciding call (``judging.shuffle``).
+        judge_audit: ask each deciding call again reversed (and blind), reporting the flip rates
+            in ``result.metrics["judge_audit"]`` (``judging.audit``).
+        judge_swap_robust: a decision that changes with the order becomes undecided
+            (``judging.swap_robust``).
         overrides: protocol fields to override (``rounds``, ``timeout``...). A ``timeout`` given
             here is explicit and used as is; otherwise the deadline is sized to the models
             (:mod:`moot.deadline`).
@@ -114,15 +152,29 @@ class Debate:
         protocol: Protocol | str | Path | dict[str, Any] = "answer",
         *,
         model: ModelLike | None = None,
-        role_models: Mapping[str, ModelLike] | None = None,
+        role_models: Mapping[str, RoleModel] | None = None,
         overrides: dict[str, Any] | None = None,
         store: Any = None,
         cache: str | Path | ResponseCache | bool | None = None,
         budget_usd: float | None = None,
+        judge_blind: bool | None = None,
+        judge_shuffle: bool | None = None,
+        judge_audit: bool | None = None,
+        judge_swap_robust: bool | None = None,
     ) -> None:
         if budget_usd is not None:
             overrides = with_budget_usd(overrides, budget_usd)
         self.protocol = load_protocol(protocol, overrides)
+        options = {
+            "blind": judge_blind,
+            "shuffle": judge_shuffle,
+            "audit": judge_audit,
+            "swap_robust": judge_swap_robust,
+        }
+        given = {k: v for k, v in options.items() if v is not None}
+        if given:
+            judging = self.protocol.judging.model_copy(update=given)
+            self.protocol = self.protocol.model_copy(update={"judging": judging})
         self.cache = open_cache(cache)
         self.store: Any = store
         """The ``store=`` this debate records into, as given (None: not recorded)."""
@@ -134,7 +186,8 @@ class Debate:
         load_prompt(self.protocol.speaker_prompt)
         self._default_spec = model
         self._models: dict[str, Model] = {}
-        self._role_specs: dict[str, ModelLike] = {}
+        self._failover: dict[str, list[Model]] = {}
+        self._role_specs: dict[str, Any] = {}
         for key, spec in (role_models or {}).items():
             if key not in self.protocol.personas:
                 known = ", ".join(self.protocol.personas)
@@ -184,12 +237,18 @@ class Debate:
         return endpoint_stats(self._models.values())
 
     def model_for(self, key: str) -> Model:
-        """The model that plays persona ``key`` (resolved and cached on first use)."""
-        model = self._models.get(key)
-        if model is None:
-            model = resolve_model(self._role_specs.get(key, self._default_spec))
-            model = self._models[key] = with_cache(model, self.cache)
-        return model
+        """The model that plays persona ``key`` (resolved and cached on first use; the first of several)."""
+        return self.models_for(key)[0]
+
+    def models_for(self, key: str) -> list[Model]:
+        """Every model persona ``key`` may be played by, in failover order (one for a speaker)."""
+        models = self._failover.get(key)
+        if models is None:
+            specs = _choices(self._role_specs.get(key, self._default_spec))
+            models = [with_cache(resolve_model(spec), self.cache) for spec in specs]
+            self._failover[key] = models
+            self._models[key] = models[0]
+        return models
 
     async def timeout_s(self) -> float | None:
         """The budget in seconds of one run (None: none), sized by :mod:`moot.deadline`.
@@ -208,7 +267,8 @@ class Debate:
 
         Recorded runs are committed when they end (the last of a store's runs in flight commits).
         """
-        for model in {id(m): m for m in self._models.values()}.values():
+        every = [m for models in self._failover.values() for m in models]
+        for model in {id(m): m for m in every}.values():
             await model.aclose()
 
     async def run(
@@ -220,6 +280,7 @@ class Debate:
         debate_mode: bool = True,
         on_event: EventCallback | None = None,
         deadline: Deadline | None = None,
+        decision_key: DecisionKey | None = None,
     ) -> DebateResult:
         """Run the debate and return its result; never raises for run-time failures.
 
@@ -238,6 +299,8 @@ class Debate:
             on_event: called with every Event.
             deadline: the caller's deadline (e.g. a pipeline's): the run ends at the earlier of
                 it and its own budget (:meth:`timeout_s`), and falls back there.
+            decision_key: reads a deciding step's decisive value from its answer, for the swap
+                audit's "same decision" (a bench passes its task's parser; :mod:`moot.judging`).
 
         Raises:
             UsageError: empty topic, or a model spec that cannot be resolved.
@@ -247,9 +310,11 @@ class Debate:
             return await self.start(
                 topic, initial_answer=initial_answer, on_event=on_event, resolve=False
             ).skip()
-        return await self.start(
+        run = self.start(
             topic, context=context, initial_answer=initial_answer, on_event=on_event, deadline=deadline
-        ).execute()
+        )
+        run.decision_key = decision_key
+        return await run.execute()
 
     def start(
         self,

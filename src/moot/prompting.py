@@ -26,7 +26,7 @@ from .paths import read_text
 from .structured import schema_hint
 from .transcript import Persona, Turn
 
-__all__ = ["build_messages", "load_prompt", "render_context", "render_turns"]
+__all__ = ["blind_prompt", "build_messages", "load_prompt", "render_context", "render_turns"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -45,6 +45,22 @@ def load_prompt(name: str) -> str:
     if not path.is_file():
         raise ConfigError(f"prompt file {name!r} not found in moot/prompts or on disk", key=name)
     return read_text(path, "prompt file").strip()
+
+
+def blind_prompt(name: str) -> str:
+    """The blind variant of prompt ``name`` if one exists beside it, else ``name``.
+
+    ``synthesizer.md`` -> ``synthesizer_blind.md``: a blind deciding call must not read who argued
+    what in its instructions either (docs/judging.md).
+    """
+    path = Path(name)
+    variant = f"{path.stem}_blind{path.suffix}"
+    if path.name == name:
+        if importlib.resources.files("moot").joinpath("prompts", variant).is_file():
+            return variant
+        return name
+    sibling = path.with_name(variant)
+    return str(sibling) if sibling.is_file() else name
 
 
 def render_context(context: Any) -> str:

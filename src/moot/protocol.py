@@ -41,6 +41,7 @@ __all__ = [
     "DebateBlock",
     "FileMapping",
     "JudgeSpec",
+    "Judging",
     "Protocol",
     "load_debate_block",
     "load_protocol",
@@ -78,6 +79,28 @@ class JudgeSpec(_Strict):
     """Field of the output that becomes ``final_answer`` (judge only)."""
     task: str = "Evaluate the debate above."
     """The instruction closing the prompt."""
+
+
+class Judging(_Strict):
+    """How the deciding steps (judge, moderator) see the candidates (docs/judging.md).
+
+    Every option is off by default, so each preset keeps the behaviour its seed documents.
+    """
+
+    blind: bool = False
+    """Name the candidates ``Speaker A``, ``Speaker B``... (by the order shown): no persona name,
+    role, stance or model name reaches the deciding call; its decision is mapped back to personas."""
+    shuffle: bool = False
+    """Show the candidates in an order drawn per deciding call from a generator seeded with
+    ``seed``, the topic, the step and the round (recorded in the turn), not the persona order."""
+    audit: bool = False
+    """Ask each deciding call again with the order reversed (rotated for more than two candidates)
+    and, when ``blind`` is off, once more blind; the extra calls are counted apart."""
+    swap_robust: bool = False
+    """Ask the reversed order too; when the two decisions differ, the step's decision becomes the
+    protocol's undecided outcome with the reason ``position-sensitive``."""
+    seed: int = 0
+    """Seed of the shuffle."""
 
 
 class SpeakerSpec(_Strict):
@@ -175,6 +198,8 @@ class Protocol(_Strict):
     """A moderator that evaluates every round (seed 002)."""
     judge: JudgeSpec | None = None
     """A judge that runs once after the last round."""
+    judging: Judging = Field(default_factory=Judging)
+    """Blind, shuffled, audited or swap-robust deciding steps (all off by default)."""
     aggregation: Aggregation = "judge"
     """How ``final_answer`` is decided."""
     answer_field: str = "answer"
@@ -349,6 +374,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
                 else:
                     merged[pkey] = pval
             out[key] = merged
+        elif key == "judging" and isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}  # --judge-blind over a file's judging: {seed: 3}
         else:
             out[key] = value
     return out

@@ -6,8 +6,11 @@ Each is registered under a short name that protocol configs refer to
 
 Confidences are validated leniently and then clamped: small models (and some
 big ones) answer ``85`` or ``100`` for "a confidence in [0, 1]", and
-llama.cpp's grammar does not enforce numeric bounds. A value above 1 and up to
-100 is read as a percentage; anything else is clamped to [0, 1].
+llama.cpp's grammar does not enforce numeric bounds. Only a value that is plainly a
+percentage is read as one: one written with ``%``, or a number from 2 to 100 (``85``,
+``100``, ``2.5``). A value just above 1 (``1.2``, ``1.9``) is an overshoot of the 0-1 scale,
+not 1.2 per cent (reading it so would invert what the model meant): it is clamped to 1, as
+is anything above 100; anything below 0 is clamped to 0.
 """
 
 from __future__ import annotations
@@ -48,15 +51,22 @@ __all__ = [
 ]
 
 
+PERCENT_FLOOR = 2.0
+"""The smallest confidence above 1 read as a percentage (module docstring): below it, an overshoot."""
+
+
 def _clamp_confidence(value: Any) -> Any:
+    percent = False
     if isinstance(value, str):
+        text = value.strip()
+        percent = text.endswith("%")
         try:
-            value = float(value.strip().rstrip("%"))
+            value = float(text.rstrip("%"))
         except ValueError:
             return value
     if isinstance(value, int | float) and not isinstance(value, bool):
         v = float(value)
-        if 1.0 < v <= 100.0:
+        if percent or PERCENT_FLOOR <= v <= 100.0:
             v /= 100.0
         return min(max(v, 0.0), 1.0)
     return value

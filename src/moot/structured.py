@@ -14,7 +14,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,8 @@ OnRequest = Callable[[RequestRecord], Awaitable[None] | None]
 """Called by :func:`ask` as each model request ends (answered, invalid or failed); may be async."""
 
 logger = logging.getLogger(__name__)
+
+_CAP_LIMIT = 131_072  # moot.protocol.MAX_TOKENS_PER_CALL (protocol imports this module's layer)
 
 
 @functools.cache
@@ -112,26 +114,49 @@ class Outcome:
         return self.value is not None
 
 
+def _cut_decisive(partial: dict[str, Any], complete: dict[str, Any], decisive: Collection[str]) -> str | None:
+    """The first decisive field ``partial`` holds cut short (absent or other in ``complete``), or None."""
+    for name in decisive:
+        if name in partial and partial[name] != complete.get(name, _ABSENT):
+            return name
+    return None
+
+
+_ABSENT = object()
+
+
 def _validate(
     output_type: type[BaseModel],
     text: str,
     finish_reason: str | None = None,
     context: dict[str, Any] | None = None,
+    decisive: Collection[str] = (),
 ) -> tuple[BaseModel | None, str | None, bool]:
     """``(value, None, trimmed)`` or ``(None, error, False)``.
 
     A reply cut at the token cap whose complete part still holds every required field
-    is accepted as ``trimmed`` (issue: answers longer than the cap are trimmed, not lost).
+    is accepted as ``trimmed`` (issue: answers longer than the cap are trimmed, not lost),
+    unless the string cut short is one of the ``decisive`` fields (a judge's answer: issue 32,
+    ``{"final_answer": "S`` is no decision), which makes the reply invalid.
     """
     try:
         data = extract_json(text)
     except ValueError as exc:
         if finish_reason == "length":
-            for partial in parse_partial(text):
+            readings = parse_partial(text)
+            complete = readings[-1] if readings else {}  # the last reading drops the cut string
+            cut: str | None = None
+            for partial in readings:
+                name = _cut_decisive(partial, complete, decisive)
+                if name is not None:
+                    cut = cut or name
+                    continue
                 try:
                     return output_type.model_validate(partial, context=context), None, True
                 except ValidationError:
                     continue
+            if cut is not None:
+                return None, f"the decisive field {cut!r} was cut off at the token limit", False
         return None, str(exc), False
     if not isinstance(data, dict):
         return None, "the reply must be a JSON object", False
@@ -165,6 +190,7 @@ async def ask(
     validation_context: dict[str, Any] | None = None,
     on_request: OnRequest | None = None,
     deadline: Deadline | None = None,
+    decisive: Collection[str] = (),
 ) -> Outcome:
     """Ask ``model`` for one ``output_type`` object; validate, repair once, or fail.
 
@@ -187,6 +213,9 @@ async def ask(
             cancellation. None (the default) builds no record.
         deadline: the caller's deadline: a rate limit whose pause would outlast it fails
             the call at once (:class:`~moot.errors.RateLimited`, with the reason).
+        decisive: the output fields a decision is read from (a judge's answer field): a reply
+            cut at the token cap inside one of them is invalid, never read as far as it got,
+            and its repair request may write twice as many tokens (room to finish).
 
     Returns:
         An Outcome. Backend failures after retries, and unexpected exceptions from
@@ -203,6 +232,7 @@ async def ask(
     stats = stats if stats is not None else CallStats()
     started = time.perf_counter()
     convo = list(messages)
+    cap = max_tokens
     for attempt in (0, 1):
         if before_call is not None:
             before_call()
@@ -210,7 +240,7 @@ async def ask(
             messages=convo,
             json_schema=schema,
             schema_name=output_type.__name__,
-            max_tokens=max_tokens,
+            max_tokens=cap,
             temperature=temperature,
             seed=seed,
             metadata={**meta, "attempt": attempt},
@@ -241,7 +271,7 @@ async def ask(
         out.raw, out.finish_reason, out.model = response.text, response.finish_reason, response.model
         stats.raw, stats.error = response.text, None
         value, error, trimmed = _validate(
-            output_type, response.text, response.finish_reason, validation_context
+            output_type, response.text, response.finish_reason, validation_context, decisive
         )
         if watch is not None:
             kind, why = (None, None) if value is not None else ("invalid_output", f"invalid output: {error}")
@@ -253,6 +283,8 @@ async def ask(
         logger.info("%s: invalid output (attempt %d): %s", model.name, attempt + 1, error)
         if response.finish_reason == "length":
             error = f"{error} (the reply was cut off at the token limit: answer more briefly)"
+            if decisive and cap is not None:
+                cap = min(cap * 2, _CAP_LIMIT)  # the decision was cut: room to finish it
         convo = [
             *messages,
             Message(role="assistant", content=response.text),

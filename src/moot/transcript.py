@@ -19,6 +19,8 @@ __all__ = [
     "DebateResult",
     "Event",
     "EventKind",
+    "FailedModel",
+    "JudgingRecord",
     "Persona",
     "RequestRecord",
     "RetryRecord",
@@ -59,7 +61,10 @@ class Persona(BaseModel):
     @field_validator("model", mode="before")
     @classmethod
     def _model_mapping(cls, value: Any) -> Any:
-        # A mapping is the readable form of a spec with options; store the one-line spec.
+        # A mapping is the readable form of a spec with options; store the one-line spec. A list
+        # names a deciding role's failover models, in order (stored comma-separated).
+        if isinstance(value, list):
+            return ",".join(spec_from_mapping(v) if isinstance(v, dict) else str(v) for v in value)
         return spec_from_mapping(value) if isinstance(value, dict) else value
 
     @field_validator("stance", "style", mode="before")
@@ -71,6 +76,56 @@ class Persona(BaseModel):
     def prompt_view(self) -> dict[str, Any]:
         """The persona as shown to models in ``[PERSONA]`` (no routing or schema internals)."""
         return self.model_dump(exclude={"model", "output"}, exclude_none=True)
+
+
+class FailedModel(BaseModel):
+    """A deciding role's model that failed before another ruled (judge failover)."""
+
+    model: str
+    """The model's spec name."""
+    error: str
+    """Why it failed, after its retries."""
+
+
+class JudgingRecord(BaseModel):
+    """How a deciding step saw its candidates, and what its audit found (docs/judging.md)."""
+
+    order: list[str] = Field(default_factory=list)
+    """The candidates (speaker persona keys) in the order shown, first-shown first."""
+    blind: bool = False
+    """True when the candidates were shown as ``Speaker A``, ``Speaker B``... (``labels``)."""
+    shuffled: bool = False
+    """True when ``order`` was drawn from the seeded generator, not the persona order."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Label -> persona key, for a blind call (the content is mapped back to persona keys)."""
+    decision: str | None = None
+    """The decisive value of this step ("same decision", docs/judging.md), normalised."""
+    sided_with: str | None = None
+    """The candidate the decision names or repeats (persona key); None when it names none."""
+    first_slot: bool | None = None
+    """True when the decision went to the first-shown candidate; None when it names none."""
+    reversed_order: list[str] | None = None
+    """The order of the audit's (or swap-robust) second call: reversed, or rotated for 3+."""
+    reversed_decision: str | None = None
+    """The decisive value of that call (None: not asked, or it failed)."""
+    blind_decision: str | None = None
+    """The decisive value of the audit's blind call (asked when ``blind`` was off)."""
+    position_flip: bool | None = None
+    """True when the decision changed with the order alone (None: not measured)."""
+    identity_flip: bool | None = None
+    """True when the decision changed when the names were hidden (None: not measured)."""
+    position_sensitive: bool = False
+    """True when ``swap_robust`` made this decision undecided because the orders disagreed."""
+    extra_calls: int = 0
+    """Requests the audit sent, never counted in the method's cost (``usage``)."""
+    extra_usage: Usage = Field(default_factory=Usage)
+    """The audit's tokens and requests, apart from the turn's ``usage``."""
+    audit_errors: list[str] = Field(default_factory=list)
+    """Why an audit call gave no decision (its own failures never fail the debate)."""
+    ruled_by: str | None = None
+    """The model that made this decision (several may be named: judge failover)."""
+    failed_models: list[FailedModel] = Field(default_factory=list)
+    """The models tried before ``ruled_by``, each with its error."""
 
 
 class Turn(BaseModel):
@@ -110,6 +165,8 @@ class Turn(BaseModel):
     """Wall time of the turn, retries included, waiting for the model's concurrency gate not."""
     queue_ms: float = 0.0
     """Time the turn waited for the model's concurrency gate (other calls were using the model)."""
+    judging: JudgingRecord | None = None
+    """For a deciding step (judge, moderator): the order and labels shown, the audit, failover."""
     sent: list[Message] | None = Field(default=None, exclude=True)
     """The messages this turn's model was sent, exactly as sent: the turn's request, in order.
 
@@ -249,6 +306,8 @@ class DebateResult(BaseModel):
     """Turns recorded as failed (never invented); cancelled turns are not counted here."""
     cancelled_turns: int = 0
     """Turns cut short because the debate stopped while they were in flight."""
+    judge_shares_model_with: list[str] = Field(default_factory=list)
+    """Speakers (persona keys) whose model is also a deciding step's model (self-preference risk)."""
 
     @property
     def degraded(self) -> bool:

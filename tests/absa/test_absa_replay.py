@@ -89,7 +89,9 @@ def test_a_reply_the_record_never_held_names_the_stage_and_the_sentence(tmp_path
     again = asyncio.run(run_absa(SENTENCE, model=replay, config="default"))
     assert again.failed and again.usage.calls == 0
     missing = {who["speaker"] for who in replay.missing}
-    assert missing == {"analyst", "critic", "empath", "judge"}
+    # Every speaking turn failed: the judge is not asked to rule on nothing (issue 32).
+    assert missing == {"analyst", "critic", "empath"}
+    assert again.debate is not None and (again.debate.fallback or "").startswith("no argument")
     assert all(who["sentence"] == SENTENCE for who in replay.missing)
     error = again.errors["debate:turn:analyst:r1"]
     assert "no reply for analyst" in error and SENTENCE[:40] in error

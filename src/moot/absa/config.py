@@ -147,6 +147,19 @@ class AbsaConfig(_Strict):
         """
         return [self.max_tokens] * (5 if self.run_stage2 else 3)
 
+    def with_judging(self, options: dict[str, bool]) -> AbsaConfig:
+        """This config with its debate's deciding-step options set (``--judge-blind``...: docs/judging.md).
+
+        The debate block says so too, so a recorded config re-runs the same way.
+        """
+        if not options:
+            return self
+        block = {**self.debate, "judging": {**(self.debate.get("judging") or {}), **options}}
+        out = self.model_copy(update={"debate": block})
+        proto = self.protocol()
+        out._protocol = proto.model_copy(update={"judging": proto.judging.model_copy(update=options)})
+        return out
+
     def protocol(self) -> Protocol:
         """The debate protocol this config runs."""
         if self._protocol is None:  # pragma: no cover - set by the validator

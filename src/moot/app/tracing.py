@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 import moot.observe as observe
 import moot.redact as redact
 
-from ..transcript import DebateResult, Event, RequestRecord, Turn
+from ..transcript import DebateResult, Event, JudgingRecord, RequestRecord, Turn
 
 if TYPE_CHECKING:  # pragma: no cover - only with the extra
     from opentelemetry.context import Context
@@ -211,6 +211,23 @@ def _chat_content(req: RequestRecord, attrs: dict[str, Any]) -> None:
         attrs["gen_ai.input.messages"] = _messages_json(req.messages)
     if req.reply is not None:
         attrs["gen_ai.output.messages"] = _reply_json(req.reply, req.finish_reason)
+
+
+def judging_attributes(record: JudgingRecord) -> dict[str, Any]:
+    """A deciding turn's ``moot.judge.*`` span attributes (docs/judging.md); None values left out."""
+    attrs: dict[str, Any] = {
+        "moot.judge.order": list(record.order),
+        "moot.judge.blind": record.blind,
+        "moot.judge.shuffled": record.shuffled,
+        "moot.judge.ruled_by": record.ruled_by,
+        "moot.judge.failed_models": [f.model for f in record.failed_models],
+        "moot.judge.position_flip": record.position_flip,
+        "moot.judge.identity_flip": record.identity_flip,
+        "moot.judge.first_slot": record.first_slot,
+        "moot.judge.position_sensitive": record.position_sensitive or None,
+        "moot.judge.audit_extra_calls": record.extra_calls or None,
+    }
+    return {k: v for k, v in attrs.items() if v is not None and v != []}
 
 
 def _content(value: Any) -> str:
@@ -409,6 +426,8 @@ class DebateTracer:
                 attrs["moot.repaired"] = True
             if t.trimmed:
                 attrs["moot.trimmed"] = True
+            if t.judging is not None:  # a deciding step: how it saw the candidates, its swap audit
+                attrs.update(judging_attributes(t.judging))
             if not t.ok:
                 attrs["error.type"] = t.error_kind or "_OTHER"
             elif self.capture and t.content is not None:

@@ -343,6 +343,8 @@ class MethodContext:
         policy: retry policy for plain calls.
         deadlines: seconds each unit of a preset may take, by preset name (``"*"``: every
             preset), instead of the preset's production deadline.
+        judging: the presets' deciding-step options (``blind``, ``shuffle``, ``audit``,
+            ``swap_robust``), given to each preset's ``Debate`` as ``judge_<option>=``.
     """
 
     model: Model
@@ -352,6 +354,7 @@ class MethodContext:
     max_tokens: int | None = None
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     deadlines: dict[str, float] = field(default_factory=dict)
+    judging: dict[str, bool] = field(default_factory=dict)
     _debates: dict[str, Any] = field(default_factory=dict)
     _samples: dict[tuple[str, int], asyncio.Future[_Asked]] = field(default_factory=dict)
     _uses: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -536,7 +539,16 @@ class MethodContext:
             seconds = self.deadlines.get(preset, self.deadlines.get("*"))
             if seconds is not None:
                 overrides["timeout"] = seconds
-            self._debates[preset] = Debate(preset, model=self.model, overrides=overrides or None)
+            j = self.judging
+            self._debates[preset] = Debate(
+                preset,
+                model=self.model,
+                overrides=overrides or None,
+                judge_blind=j.get("blind"),
+                judge_shuffle=j.get("shuffle"),
+                judge_audit=j.get("audit"),
+                judge_swap_robust=j.get("swap_robust"),
+            )
         return self._debates[preset]
 
 
@@ -677,7 +689,12 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
         if event.kind == "model_request" and request is not None and (event.phase or "turn") == "turn":
             retried.setdefault((event.round or 0, event.speaker or ""), []).extend(request.retries)
 
-    result = await debate.run(item.prompt, on_event=on_event)
+    def decision_key(text: str) -> str | None:  # "the same decision" is the answer the task scores
+        return ctx.task.parse(text, item).value
+
+    result = await debate.run(item.prompt, on_event=on_event, decision_key=decision_key)
+    judged = [t.judging for t in result.turns(include_judge=True) if t.judging is not None]
+    judging = judged if any(ctx.judging.values()) else []
     # An outage (unreachable endpoint, refused key, a server failing past its retries) means the
     # method did not run as specified: a failed unit that --resume retries, never a wrong answer.
     turns = result.turns(include_judge=True)
@@ -721,6 +738,8 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
             started,
             final_text=result.final_answer,
             messages=table.messages,
+            judging=judging,
+            judge_shares_model_with=result.judge_shares_model_with,
         )
         return record.model_copy(update={"parse_failed": False, "fallback": result.fallback})
     final = ctx.task.parse(result.final_answer or "", item).value
@@ -737,6 +756,8 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
         stopped_early=result.stopped_early,
         final_text=result.final_answer,
         messages=table.messages,
+        judging=judging,
+        judge_shares_model_with=result.judge_shares_model_with,
     )
 
 

@@ -14,7 +14,7 @@ from pydantic import (
 )
 
 from ..models.base import Message, Usage
-from ..transcript import RetryRecord
+from ..transcript import JudgingRecord, RetryRecord
 
 __all__ = ["AgentAnswer", "ItemRecord", "SentMessage"]
 
@@ -160,6 +160,11 @@ class ItemRecord(BaseModel):
     answer's :attr:`AgentAnswer.sent` lists the ones it was sent, :meth:`message` reads one.
     A reply quoted whole in a later message is a reference there (:class:`SentMessage`).
     Empty in records written before moot kept them."""
+    judging: list[JudgingRecord] = Field(default_factory=list)
+    """A preset's deciding steps (order shown, labels, the swap audit), when the run set a
+    judging option (``--judge-blind``, ``--judge-shuffle``, ``--judge-audit``, ``--judge-swap-robust``)."""
+    judge_shares_model_with: list[str] = Field(default_factory=list)
+    """A preset's speakers whose model is also the model that decided (docs/judging.md)."""
 
     @model_validator(mode="after")
     def _older_fallback(self) -> ItemRecord:

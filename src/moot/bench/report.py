@@ -21,7 +21,16 @@ from .methods import MethodSpec
 from .records import ItemRecord
 from .runner import BenchConfig, BenchRun
 from .stats import EXACT_THRESHOLD, McNemar
-from .summary import MethodSummary, RoundSummary, comparisons, round_summaries, same_samples_hint, summarize
+from .summary import (
+    MethodSummary,
+    RoundSummary,
+    comparisons,
+    judge_audit,
+    round_summaries,
+    same_samples_hint,
+    self_preference,
+    summarize,
+)
 from .tasks import Item
 
 __all__ = [
@@ -65,6 +74,10 @@ class Report:
     """What reading the data left out, and why."""
     timed_out: bool = False
     """The last invocation ended at its ``--timeout``."""
+    judge_audit: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The swap audit per method (:func:`moot.bench.summary.judge_audit`), when it ran."""
+    self_preference: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per method, the judge's win rate for speakers sharing its model (mixed-model runs only)."""
 
 
 NO_MAJORITY = "no majority baseline: every gold answer is unique"
@@ -126,6 +139,14 @@ def build_report(run: BenchRun) -> Report:
         baseline_note=baseline_note(run.items),
         data_notes=run.data_notes,
         timed_out=run.timed_out,
+        judge_audit=(
+            {s.name: judge_audit(by_method[s.name]) for s in run.specs}
+            if run.config.judging.get("audit") or run.config.judging.get("swap_robust")
+            else {}
+        ),
+        self_preference={
+            s.name: pref for s in run.specs if (pref := self_preference(by_method[s.name])) is not None
+        },
     )
 
 
@@ -168,7 +189,61 @@ def command_line(config: BenchConfig, n_items: int | None = None) -> str:
         parts.append(f"--max-tokens {config.max_tokens}")
     for name, seconds in config.deadlines.items():
         parts.append(f"--deadline {seconds:g}" if name == "*" else f"--deadline {name}={seconds:g}")
+    for option, on in config.judging.items():
+        if on:
+            parts.append(f"--judge-{option.replace('_', '-')}")
     return " ".join(parts)
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def judge_audit_lines(audit: dict[str, dict[str, Any]]) -> list[str]:
+    """The swap audit's table (docs/judging.md), one row per method."""
+    if not audit:
+        return []
+    lines = [
+        "## Judge audit (swap audit of the deciding steps)",
+        "",
+        "| method | decisions | n (both orders) | position flip rate | 95% CI | first-slot share | "
+        "identity flip rate | extra calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method, a in audit.items():
+        if not a["decisions"]:
+            lines.append(f"| {method} | 0 (no deciding step: decided by rule) | | | | | | 0 |")
+            continue
+        ci = a["position_flip_ci95"]
+        interval = f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "n/a"
+        lines.append(
+            f"| {method} | {a['decisions']} | {a['n']} | {_share(a['position_flip_rate'])} | {interval} | "
+            f"{_share(a['first_slot_share'])} (of {a['first_slot_n']}) | "
+            f"{_share(a['identity_flip_rate'])} (of {a['identity_n']}) | {a['extra_calls']} |"
+        )
+    lines += [
+        "",
+        "A position flip: the decision changed when only the candidates' order changed (reversed, or "
+        "rotated for 3+). Identity flip: it changed when their names were hidden. The same decision is "
+        "the answer the task scores (a moderator: its leaning). Extra calls are the audit's, never in "
+        "the method's calls or tokens above.",
+        "",
+    ]
+    return lines
+
+
+def self_preference_lines(prefs: dict[str, dict[str, Any]]) -> list[str]:
+    """The judge's win rate for speakers sharing its model, per method (mixed-model runs only)."""
+    if not prefs:
+        return []
+    lines = ["## Self-preference (judge's own model among the speakers)", ""]
+    for method, p in prefs.items():
+        low, high = p["own_ci95"]
+        lines.append(
+            f"- {method}: sided with its own model's speakers in {p['own_win_rate']:.2f} of {p['n']} "
+            f"decisions (95% CI [{low:.2f}, {high:.2f}]), with the others in {p['other_win_rate']:.2f}"
+        )
+    return [*lines, ""]
 
 
 def fallback_hint(methods: Sequence[MethodSummary], config: BenchConfig) -> str | None:
@@ -362,6 +437,8 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         "## Rounds and flips",
         "",
         *_rounds_tables(report),
+        *judge_audit_lines(report.judge_audit),
+        *self_preference_lines(report.self_preference),
     ]
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]

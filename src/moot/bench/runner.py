@@ -96,8 +96,10 @@ MAX_ITEMS = 100_000
 RESULTS_FILE = "results.jsonl"
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
-_FINGERPRINT = ("task", "model", "seed", "temperature", "max_tokens", "exclude_conflict")
-_FINGERPRINT_DEFAULTS = {"exclude_conflict": False}  # fields older run.json files do not have
+_FINGERPRINT = ("task", "model", "seed", "temperature", "max_tokens", "exclude_conflict", "judging")
+# Fields older run.json files do not have. A resume may not change the judging options: the
+# audit's figures would mix audited and unaudited units.
+_FINGERPRINT_DEFAULTS: dict[str, Any] = {"exclude_conflict": False, "judging": {}}
 
 
 class BenchConfig(BaseModel):
@@ -141,6 +143,18 @@ class BenchConfig(BaseModel):
     """Seconds each unit of a preset may take, by preset (``"*"``: every preset); a preset
     not named keeps its production deadline. Not part of a resume's fingerprint: a resume
     may lift it."""
+    judging: dict[str, bool] = Field(default_factory=dict)
+    """The deciding steps' options for every preset method (``blind``, ``shuffle``, ``audit``,
+    ``swap_robust``: docs/judging.md); unset keeps each preset's."""
+
+    @field_validator("judging")
+    @classmethod
+    def _judging_keys(cls, value: dict[str, bool]) -> dict[str, bool]:
+        known = ("blind", "shuffle", "audit", "swap_robust")
+        for key in value:
+            if key not in known:
+                raise ValueError(f"unknown judging option {key!r}; known: {', '.join(known)}")
+        return value
 
     @field_validator("deadlines")
     @classmethod
@@ -519,7 +533,7 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     scored), else ``failed`` (resume to finish it); ``failed`` too when every reply of a method
     was blank (nothing was measured).
     """
-    from .summary import blank_hint, same_samples_hint, summarize
+    from .summary import blank_hint, judge_audit, same_samples_hint, summarize
 
     by_method: dict[str, list[ItemRecord]] = {s.name: [] for s in run.specs}
     for r in run.records:
@@ -551,6 +565,8 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
         summary["workers"] = run.workers
     if run.endpoints:  # each model endpoint's concurrency limit range, 429s and time-outs
         summary["endpoints"] = run.endpoints
+    if run.config.judging.get("audit") or run.config.judging.get("swap_robust"):
+        summary["judge_audit"] = {name: judge_audit(recs) for name, recs in by_method.items()}
     missing = expected - len(run.records)
     fell_back = len(run.fell_back)
     if fell_back:
@@ -771,6 +787,7 @@ async def _run(
             max_tokens=config.max_tokens,
             policy=policy or RetryPolicy(),
             deadlines=dict(config.deadlines),
+            judging=dict(config.judging),
         )
         ctx.share_first_round(pending)
 

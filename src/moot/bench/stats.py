@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..judging import Z95, wilson_interval  # one implementation: the swap audit's intervals too
+
 __all__ = [
     "EXACT_THRESHOLD",
     "Z95",
@@ -38,30 +40,8 @@ __all__ = [
     "wilson_interval",
 ]
 
-Z95 = 1.959963984540054
-"""The 97.5% quantile of the standard normal distribution."""
 EXACT_THRESHOLD = 25
 """Below this many discordant pairs McNemar uses the exact binomial test."""
-
-
-def wilson_interval(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval for ``correct`` successes out of ``n``.
-
-    Raises:
-        ValueError: negative counts or ``correct > n``.
-    """
-    if n < 0 or correct < 0 or correct > n:
-        raise ValueError(f"invalid counts: {correct}/{n}")
-    if n == 0:
-        return (0.0, 1.0)
-    p = correct / n
-    z2 = z * z
-    denom = 1 + z2 / n
-    center = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
-    low = 0.0 if correct == 0 else max(0.0, center - half)  # exact bounds at 0/n and n/n
-    high = 1.0 if correct == n else min(1.0, center + half)
-    return (low, high)
 
 
 def binomial_two_sided(b: int, c: int) -> float:

@@ -32,11 +32,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..judging import audit_summary
 from .methods import MethodSpec
 from .records import AgentAnswer, ItemRecord
 from .stats import McNemar, majority, mcnemar, wilson_interval
 
-__all__ = ["MethodSummary", "RoundSummary", "comparisons", "round_summaries", "scored", "summarize"]
+__all__ = [
+    "MethodSummary",
+    "RoundSummary",
+    "comparisons",
+    "judge_audit",
+    "round_summaries",
+    "scored",
+    "self_preference",
+    "summarize",
+]
 
 
 @dataclass(frozen=True)
@@ -254,6 +264,45 @@ def _costs(records: Sequence[ItemRecord]) -> dict[str, Any]:
     mean = total / len(known)
     half = 1.96 * statistics.stdev(known) / math.sqrt(len(known))
     return {"cost_usd": total, "cost_ci": (max(0.0, mean - half), mean + half)}
+
+
+def judge_audit(records: Sequence[ItemRecord]) -> dict[str, Any]:
+    """The swap audit over a method's units (:func:`moot.judging.audit_summary`).
+
+    Fallen-back units are included: a decision made and audited counts even when the run later
+    fell back. A method without a deciding step (``single``, ``vote``, ``society``) has
+    ``decisions`` 0.
+    """
+    return audit_summary(j for r in records for j in r.judging)
+
+
+def self_preference(records: Sequence[ItemRecord]) -> dict[str, Any] | None:
+    """How often the decision sided with a speaker sharing the judge's model, against the others.
+
+    Over the deciding steps whose decision names one candidate (``sided_with``) in units
+    where some but not all speakers share the deciding model: ``own`` / ``other`` win counts of
+    the sides, with Wilson intervals of their rates per decision. None when nothing qualifies
+    (every speaker on one model: there is no "other").
+    """
+    own = other = n = 0
+    for record in records:
+        shared = set(record.judge_shares_model_with)
+        for j in record.judging:
+            winner = j.sided_with
+            if not shared or shared >= set(j.order) or winner is None:
+                continue
+            n += 1
+            own += winner in shared
+            other += winner not in shared
+    if not n:
+        return None
+    low, high = wilson_interval(own, n)
+    return {
+        "n": n,
+        "own_win_rate": own / n,
+        "own_ci95": [round(low, 4), round(high, 4)],
+        "other_win_rate": other / n,
+    }
 
 
 def round_summaries(method: str, records: Sequence[ItemRecord]) -> list[RoundSummary]:

@@ -57,6 +57,13 @@ from ._io import (
     read_jsonl,
     staged_output,
 )
+from ._judge_options import (
+    JudgeAuditOption,
+    JudgeBlindOption,
+    JudgeShuffleOption,
+    JudgeSwapRobustOption,
+    judging_options,
+)
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._ray_options import RayOption, RayWorkersOption
 from ._safe import clean, markup, safe_json
@@ -420,6 +427,10 @@ def register(app: typer.Typer) -> None:
                 "(budget, exit 1). Needs the model's price.",
             ),
         ] = None,
+        judge_blind: JudgeBlindOption = False,
+        judge_shuffle: JudgeShuffleOption = False,
+        judge_audit: JudgeAuditOption = False,
+        judge_swap_robust: JudgeSwapRobustOption = False,
     ) -> int:
         """Aspect-based sentiment of one sentence, or of a JSONL batch, through the debate pipeline.
 
@@ -445,6 +456,7 @@ def register(app: typer.Typer) -> None:
         cfg = _with_budget(
             load_config(config if config is not None or recorded is None else recorded.config), budget_usd
         )
+        cfg = cfg.with_judging(judging_options(judge_blind, judge_shuffle, judge_audit, judge_swap_robust))
         runner: str | Model | None = model
         extra: dict[str, Any] = {}  # what the record adds: the run this one re-runs or replays
         if recorded is not None:

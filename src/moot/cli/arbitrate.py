@@ -14,11 +14,19 @@ import moot.cli._exit as _exit
 from ..app import store_spec
 from ..arbitration import DEFAULT_TIMEOUT, SOURCE_AUTHORITY, AgentReport, ArbitrationResult, arbitrate_sync
 from ..errors import UsageError
+from ..judging import audit_line
 from ..models.pricing import cost_text
 from ..observe import annotate
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import make_console, print_table
 from ._io import MAX_CONCURRENCY, read_json
+from ._judge_options import (
+    JudgeAuditOption,
+    JudgeBlindOption,
+    JudgeShuffleOption,
+    JudgeSwapRobustOption,
+    judging_options,
+)
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._safe import markup, safe_json
 from ._store_options import NoStoreOption, StoreOption
@@ -68,6 +76,8 @@ def print_arbitration(result: ArbitrationResult, out: Console) -> None:
         f"resolved {result.resolved} · flagged {result.flagged_for_review} · {u.calls} calls · "
         f"{u.total_tokens} tokens · {cost_text(u)} · {result.latency_ms / 1000:.1f}s"
     )
+    if result.judge_audit is not None:
+        out.print(markup(f"judge audit: {audit_line(result.judge_audit)}"))
 
 
 def register(app: typer.Typer) -> None:
@@ -76,7 +86,10 @@ def register(app: typer.Typer) -> None:
     @app.command("arbitrate")
     def arbitrate_cmd(
         reports: Annotated[Path, typer.Argument(help="JSON file with the agents' reports.")],
-        model: Annotated[str | None, typer.Option(help="Arbitrator model spec.")] = None,
+        model: Annotated[
+            str | None,
+            typer.Option(help="Arbitrator model spec; A,B: the next rules when one fails (judge failover)."),
+        ] = None,
         concurrency: Annotated[
             int, typer.Option(min=1, max=MAX_CONCURRENCY, help="Arbitration calls in flight at once.")
         ] = 4,
@@ -103,6 +116,10 @@ def register(app: typer.Typer) -> None:
                 "flagged for review). Needs the model's price.",
             ),
         ] = None,
+        judge_blind: JudgeBlindOption = False,
+        judge_shuffle: JudgeShuffleOption = False,
+        judge_audit: JudgeAuditOption = False,
+        judge_swap_robust: JudgeSwapRobustOption = False,
     ) -> int:
         """Detect contradictions between agent reports and arbitrate them into a consensus.
 
@@ -131,6 +148,12 @@ def register(app: typer.Typer) -> None:
                 timeout_s=timeout,
                 store=store_spec(store, enabled=not no_store),
                 budget_usd=budget_usd,
+                **{
+                    f"judge_{k}": v
+                    for k, v in judging_options(
+                        judge_blind, judge_shuffle, judge_audit, judge_swap_robust
+                    ).items()
+                },
             )
         if as_json:
             typer.echo(safe_json(result.model_dump_json()))

@@ -60,6 +60,7 @@ from ..bench.runner import (
 from ..bench.summary import blank_hint
 from ..bench.tasks import make_task
 from ..errors import ResourceError, UsageError
+from ..judging import audit_line
 from ..models import run_with_model
 from ..models.testing import ReplayModel
 from ..observe import annotate
@@ -67,6 +68,13 @@ from ..protocol import MAX_TOKENS_PER_CALL
 from ._cache_options import CacheExpiryOption, CacheFileOption, CacheOption, apply_cache_options
 from ._console import ProgressLines, endpoint_line, make_console, print_endpoints, print_table
 from ._io import MAX_CONCURRENCY, check_output_dir
+from ._judge_options import (
+    JudgeAuditOption,
+    JudgeBlindOption,
+    JudgeShuffleOption,
+    JudgeSwapRobustOption,
+    judging_options,
+)
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._ray_options import RayOption, RayWorkersOption
 from ._safe import clean, markup
@@ -343,6 +351,10 @@ def bench(
     cache: CacheOption = False,
     cache_file: CacheFileOption = None,
     cache_expiry: CacheExpiryOption = None,
+    judge_blind: JudgeBlindOption = False,
+    judge_shuffle: JudgeShuffleOption = False,
+    judge_audit: JudgeAuditOption = False,
+    judge_swap_robust: JudgeSwapRobustOption = False,
 ) -> None:
     """Benchmark methods on a task: accuracy with intervals, cost, flips and paired tests.
 
@@ -386,6 +398,9 @@ def bench(
         out = resumed.out
     if deadlines or resumed is None:  # a resume may lift the recorded deadlines
         fields["deadlines"] = deadlines
+    judging = judging_options(judge_blind, judge_shuffle, judge_audit, judge_swap_robust)
+    if judging or resumed is None:  # a resume keeps the recorded options unless given
+        fields["judging"] = judging
     fields, out, replayed = _replay(replay, resumed, target, fields, given, out)
     out_dir = out or default_out(
         fields["task"], fields["model"], fields["seed"], fields["methods"], fields["n"], fields["matched"]
@@ -491,6 +506,8 @@ def _finish(run: BenchRun, out_dir: Path, console: Console, *, plots: bool, time
             path=str(err.filename or out_dir),
         ) from None
     print_table(make_console(), rich_table(report), drop=RICH_TABLE_DROP)
+    for method, a in report.judge_audit.items():  # the swap audit, one line per method
+        console.print(markup(f"judge audit {method}: {audit_line(a)}"))
     console.print(f"report: {out_dir / REPORT_FILE}  results: {out_dir / RESULTS_FILE}")
     print_endpoints(console, run.endpoints)
     if run.retried:

@@ -23,6 +23,7 @@ from ..debate_run import unreachable_error
 from ..engine import Debate, with_budget_usd
 from ..errors import UsageError
 from ..estimate import estimate_debate
+from ..judging import audit_line
 from ..models import Model, default_model_spec
 from ..models.pricing import cost_text
 from ..models.testing import ReplayModel
@@ -39,6 +40,13 @@ from ._io import (
     read_json,
     read_text,
     staged_output,
+)
+from ._judge_options import (
+    JudgeAuditOption,
+    JudgeBlindOption,
+    JudgeShuffleOption,
+    JudgeSwapRobustOption,
+    judging_options,
 )
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._safe import clean, markup, safe_json
@@ -198,6 +206,18 @@ def print_summary(console: Console, result: DebateResult) -> None:
         table.add_row("fallback", f"[yellow]{markup(result.fallback)}[/]")
     if result.stopped_early:
         table.add_row("stopped early", "yes")
+    for turn in result.turns(include_judge=True):  # who ruled, when another had to (judge failover)
+        j = turn.judging
+        if j is not None and j.failed_models:
+            failed = "; ".join(f"{f.model}: {f.error}" for f in j.failed_models)
+            table.add_row(f"{turn.speaker} ruled by", markup(f"{j.ruled_by or '(none)'} (failed: {failed})"))
+    audit = result.metrics.get("judge_audit")
+    if audit is not None:
+        table.add_row("judge audit", markup(audit_line(audit)))
+    shared = result.judge_shares_model_with
+    speakers = {t.speaker for t in result.turns() if t.phase == "turn"}
+    if shared and set(shared) != speakers:  # mixed models: the judge's own family is among them
+        table.add_row("judge's model", markup("also speaks for " + ", ".join(shared)))
     u = result.usage
     # Requests sent beyond the answered calls (retries, unanswered) are what a server log shows too.
     sent = f" ({u.attempts} requests sent)" if u.attempts != u.calls else ""
@@ -222,8 +242,11 @@ def print_summary(console: Console, result: DebateResult) -> None:
 def _overrides(protocol: str | None, config: Path | None, **fields: Any) -> dict[str, Any]:
     # --config alone is a whole protocol; with --protocol it overrides that preset (seed shapes too).
     out: dict[str, Any] = read_overrides(config) if protocol and config else {}
+    judging = fields.pop("judging", None)
     names = {"rounds": "rounds", "max_tokens": "max_tokens_per_turn", "timeout": "timeout"}
     out |= {names[k]: v for k, v in fields.items() if v is not None}
+    if judging:  # merged into the protocol's judging: options (docs/judging.md)
+        out["judging"] = {**(out.get("judging") or {}), **judging}
     return out
 
 
@@ -389,7 +412,11 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Default model spec, e.g. openai:gpt-4o-mini.")
         ] = None,
         role_model: Annotated[
-            list[str] | None, typer.Option(help="KEY=SPEC: a model for one persona (repeatable).")
+            list[str] | None,
+            typer.Option(
+                help="KEY=SPEC: a model for one persona (repeatable); a deciding role may name several, "
+                "KEY=A,B: the next rules when one fails (judge failover)."
+            ),
         ] = None,
         rounds: Annotated[int | None, typer.Option(min=1, help="Override the number of rounds.")] = None,
         max_tokens: Annotated[
@@ -458,6 +485,10 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         trust_edited: TrustEditedOption = False,
+        judge_blind: JudgeBlindOption = False,
+        judge_shuffle: JudgeShuffleOption = False,
+        judge_audit: JudgeAuditOption = False,
+        judge_swap_robust: JudgeSwapRobustOption = False,
     ) -> int:
         """Run one debate and show it live (or print the result as JSON), or a batch with --input.
 
@@ -467,6 +498,7 @@ def register(app: typer.Typer) -> None:
         apply_model_concurrency(model_concurrency)
         allow_outside(allow_outside_paths)
         _check_args(topic, initial_answer, out)
+        judging = judging_options(judge_blind, judge_shuffle, judge_audit, judge_swap_robust)
         _replaying(from_run, replay, replay_until)
         if input_file is not None or output is not None or concurrency is not None:
             _batch_clash(
@@ -474,7 +506,9 @@ def register(app: typer.Typer) -> None:
             )
             assert input_file is not None and output is not None
             roles = parse_role_models(role_model)
-            overrides = _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout)
+            overrides = _overrides(
+                protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout, judging=judging
+            )
             overrides = with_budget_usd(overrides, budget_usd)
             return _batch(
                 Debate(protocol or config or "answer", model=model, role_models=roles, overrides=overrides),
@@ -491,7 +525,10 @@ def register(app: typer.Typer) -> None:
             )
         recorded = recorded_debate(from_run, store, trust_edited=trust_edited) if from_run else {}
         overrides = with_budget_usd(
-            _overrides(protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout), budget_usd
+            _overrides(
+                protocol, config, rounds=rounds, max_tokens=max_tokens, timeout=timeout, judging=judging
+            ),
+            budget_usd,
         )
         spec: str | Path | dict[str, Any] = protocol or (config if config is not None else "answer")
         if recorded and protocol is None and config is None:

@@ -24,6 +24,7 @@ from rich.table import Table
 from ..app.compare import BenchComparison, as_json, compare_runs
 from ..app.records import list_row, read_store, runs_page
 from ..errors import UsageError
+from ..judging import audit_line
 from ..models.pricing import cost_text
 from ..runs import RunRecord, RunStatus, RunStore, load_result
 from ._console import make_console, print_table
@@ -172,6 +173,9 @@ def _show_bench(opened: RunStore, record: RunRecord, console: Console) -> None:
 
     report = build_report(bench_run(opened, record.id))
     print_table(console, rich_table(report), drop=RICH_TABLE_DROP)
+    audits = report.judge_audit or (record.summary or {}).get("judge_audit") or {}
+    for method, audit in audits.items():  # the swap audit per method (docs/judging.md)
+        console.print(markup(f"judge audit {method}: {audit_line(audit)}"))
 
 
 def _show_absa_partial(opened: RunStore, record: RunRecord, console: Console) -> None:

@@ -57,7 +57,7 @@ import moot.integrations._lg_review as _lg_review
 import moot.observe as observe
 
 from .. import aio
-from ..engine import Debate, DebateRun, EventCallback
+from ..engine import Debate, DebateRun, EventCallback, RoleModel
 from ..errors import MissingDependencyError, UsageError
 from ..human_review import ReviewMode, check_mode, require_checkpointer, run_once, run_once_sync
 from ..models import ModelLike
@@ -176,6 +176,10 @@ def debate_node(
     human_review: ReviewMode | None = None,
     store: Any = None,
     budget_usd: float | None = None,
+    judge_blind: bool | None = None,
+    judge_shuffle: bool | None = None,
+    judge_audit: bool | None = None,
+    judge_swap_robust: bool | None = None,
 ) -> NodeFunction:
     """A graph node that runs a whole debate on the state's topic and context.
 
@@ -213,6 +217,11 @@ def debate_node(
             passed in keeps its own.
         budget_usd: a US-dollar cap per debate, as :class:`~moot.Debate`'s ``budget_usd=``; a
             Debate passed in keeps its own.
+        judge_blind: blind deciding steps, as :class:`~moot.Debate`'s ``judge_blind=``
+            (docs/judging.md); with a Debate, give them to the Debate.
+        judge_shuffle: shuffled deciding steps (``judge_shuffle=``).
+        judge_audit: the swap audit (``judge_audit=``), in the result's ``metrics["judge_audit"]``.
+        judge_swap_robust: position-sensitive decisions made undecided (``judge_swap_robust=``).
 
     Returns:
         The node, named ``debate_<protocol>``: ``await node(state)`` returns the update; with
@@ -232,9 +241,20 @@ def debate_node(
             raise UsageError(
                 "pass store= and budget_usd= to the Debate, not to debate_node(), when giving a Debate"
             )
+        if any(o is not None for o in (judge_blind, judge_shuffle, judge_audit, judge_swap_robust)):
+            raise UsageError("pass judge_*= to the Debate, not to debate_node(), when giving a Debate")
         debate = debate_or_protocol
     else:
-        debate = Debate(debate_or_protocol, model=model, store=store, budget_usd=budget_usd)
+        debate = Debate(
+            debate_or_protocol,
+            model=model,
+            store=store,
+            budget_usd=budget_usd,
+            judge_blind=judge_blind,
+            judge_shuffle=judge_shuffle,
+            judge_audit=judge_audit,
+            judge_swap_robust=judge_swap_robust,
+        )
     mode = check_mode(human_review)
     name = f"debate_{debate.protocol.name}".replace("-", "_")
     listeners = _listeners(on_event)
@@ -662,12 +682,16 @@ def build_debate_graph(
     protocol: ProtocolSpec,
     *,
     model: ModelLike | None = None,
-    role_models: Mapping[str, ModelLike] | None = None,
+    role_models: Mapping[str, RoleModel] | None = None,
     on_event: EventCallback | None = None,
     checkpointer: Any = None,
     human_review: ReviewMode | None = None,
     store: Any = None,
     budget_usd: float | None = None,
+    judge_blind: bool | None = None,
+    judge_shuffle: bool | None = None,
+    judge_audit: bool | None = None,
+    judge_swap_robust: bool | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile a protocol into a LangGraph subgraph with one node per speaker (seed 002).
 
@@ -704,6 +728,11 @@ def build_debate_graph(
         store: record each run of the graph in a run store, as :class:`~moot.Debate`'s ``store=``
             does: the run starts at ``setup`` and ends at ``finalize``.
         budget_usd: a US-dollar cap per run, as :class:`~moot.Debate`'s ``budget_usd=``.
+        judge_blind: blind deciding steps (the ``judge`` and ``moderator`` nodes), as
+            :class:`~moot.Debate`'s ``judge_blind=`` (docs/judging.md).
+        judge_shuffle: shuffled deciding steps (``judge_shuffle=``).
+        judge_audit: the swap audit (``judge_audit=``), in the result's ``metrics["judge_audit"]``.
+        judge_swap_robust: position-sensitive decisions made undecided (``judge_swap_robust=``).
 
     Returns:
         The compiled graph; run it with ``await graph.ainvoke({"topic": ...})``.
@@ -714,7 +743,17 @@ def build_debate_graph(
         UsageError: (when invoked) the topic is empty or a model spec cannot be resolved.
     """
     state_graph, start, end = _require_langgraph()
-    debate = Debate(protocol, model=model, role_models=role_models, store=store, budget_usd=budget_usd)
+    debate = Debate(
+        protocol,
+        model=model,
+        role_models=role_models,
+        store=store,
+        budget_usd=budget_usd,
+        judge_blind=judge_blind,
+        judge_shuffle=judge_shuffle,
+        judge_audit=judge_audit,
+        judge_swap_robust=judge_swap_robust,
+    )
     p = debate.protocol
     stages, fixed = _node_names(p)
     mode = check_mode(human_review)
