@@ -62,8 +62,9 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _without_timings(data: Any) -> Any:
-    # The request times and a turn's model (``replay:...`` in a replay) differ too.
-    return without_timings(data, also=("started", "ended", "model"))
+    # The request times and a turn's model (``replay:...`` in a replay, so also the model that
+    # ruled a deciding step) differ too.
+    return without_timings(data, also=("started", "ended", "model", "ruled_by"))
 
 
 def _newest(store: Path) -> Any:
