@@ -30,6 +30,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "moot"
 ALLOWED = {
     ("moot/bench/methods.py", "ctx._first_round"),  # the bench's method context, same package
     ("moot/bench/methods.py", "ctx._ask"),
+    ("moot/absa/config.py", "out._protocol"),  # the config's own cached protocol (same class)
     ("moot/serve/service.py", "self._service._admitted"),  # the admission of the same module
     ("moot/serve/service.py", "self._service._slots"),
     ("moot/models/limits.py", "ep._open_until"),  # the endpoint class of the same module

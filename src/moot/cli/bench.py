@@ -386,9 +386,14 @@ def bench(
     deadlines = parse_deadlines(deadline or [])
     spec = store_spec(store, enabled=not no_store and not report_only)
     if model is not None and ray_address is None:  # (with --ray the workers build the model)
+        from ..errors import MissingCredentialsError
         from ..models import resolve_model
 
-        resolve_model(model)  # a spec moot cannot read: one usage error before the store is opened
+        try:
+            resolve_model(model)  # a spec moot cannot read: one usage error before the store is opened
+        except MissingCredentialsError:
+            if not dry_run:  # a dry run spends nothing and needs no key; a real run says so here
+                raise
     target = resolve_store(spec) if spec is not None else None  # the store the run records into
     resumed = find_resume(resume, target) if resume is not None else None
     if resumed is not None:

@@ -702,8 +702,13 @@ class Endpoint:
         return self.reason is not None
 
     def pause_left(self) -> float:
-        """Seconds until the endpoint takes requests again after a Retry-After (0: now)."""
-        return max(0.0, self.paused_until - self.clock())
+        """Seconds until the endpoint takes a request again: a long Retry-After, then the pacer's schedule.
+
+        A refused request waits this before it queues again, so a call refused until its deadline
+        ends with ``RateLimited`` and the reason, not cancelled mid-wait.
+        """
+        now = self.clock()
+        return max(0.0, self.paused_until - now, self.pacer.wait(now) if self.pacer.active else 0.0)
 
     def room(self) -> bool:
         """Whether a request may be sent now (not paused, circuit closed or probe due, under the limit)."""
