@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -117,17 +117,19 @@ def start_serve(tmp: Path, up: Upstream, *args: str) -> Served:
     assert proc.stderr is not None
     deadline = time.monotonic() + 30
     line = ""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], 0.2)
-        if ready:
-            line = proc.stderr.readline()
-            if line.startswith("moot serve: http"):
-                break
-        if proc.poll() is not None:
-            raise AssertionError(f"moot serve exited {proc.returncode}: {line}{proc.stderr.read()}")
-    else:
-        proc.kill()
-        raise AssertionError("moot serve did not start")
+    # selectors (epoll here), not select.select: a long test session may hold descriptors past 1024.
+    with selectors.DefaultSelector() as watch:
+        watch.register(proc.stderr, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if watch.select(0.2):
+                line = proc.stderr.readline()
+                if line.startswith("moot serve: http"):
+                    break
+            if proc.poll() is not None:
+                raise AssertionError(f"moot serve exited {proc.returncode}: {line}{proc.stderr.read()}")
+        else:
+            proc.kill()
+            raise AssertionError("moot serve did not start")
     # Drain stderr in the background: a full pipe would block the server.
     reader = threading.Thread(target=lambda: proc.stderr.read() if proc.stderr else None, daemon=True)
     reader.start()
