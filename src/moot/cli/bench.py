@@ -229,6 +229,21 @@ def _report_only(out: Path) -> BenchRun:
     return run
 
 
+def _check_model(model: str, *, dry_run: bool) -> None:
+    """A spec moot cannot read is one usage error before the store is opened.
+
+    A missing key is not one for a dry run, which spends nothing; a real run says so here.
+    """
+    from ..errors import MissingCredentialsError
+    from ..models import resolve_model
+
+    try:
+        resolve_model(model)
+    except MissingCredentialsError:
+        if not dry_run:
+            raise
+
+
 def bench(
     ctx: typer.Context,
     task: Annotated[
@@ -386,14 +401,7 @@ def bench(
     deadlines = parse_deadlines(deadline or [])
     spec = store_spec(store, enabled=not no_store and not report_only)
     if model is not None and ray_address is None:  # (with --ray the workers build the model)
-        from ..errors import MissingCredentialsError
-        from ..models import resolve_model
-
-        try:
-            resolve_model(model)  # a spec moot cannot read: one usage error before the store is opened
-        except MissingCredentialsError:
-            if not dry_run:  # a dry run spends nothing and needs no key; a real run says so here
-                raise
+        _check_model(model, dry_run=dry_run)
     target = resolve_store(spec) if spec is not None else None  # the store the run records into
     resumed = find_resume(resume, target) if resume is not None else None
     if resumed is not None:
