@@ -201,23 +201,23 @@ class ResponseCache:
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         """Refuse a file that is not a cache or is damaged; make an empty one a cache (idempotent)."""
-        if self._read_marks(conn) is None:
-            # A new (or empty) file: made a cache in one transaction; a process doing the
-            # same at the same moment waits for it, then finds the marks set.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if self._read_marks(conn) is None:
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
-                    conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
-                    conn.execute(f"PRAGMA user_version={_FORMAT}")
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        elif self.path.stat().st_size <= _QUICK_CHECK_BYTES:
+        # The marks are read inside a write transaction: a process making the same new file a
+        # cache at the same moment is waited for, never seen half-made (a race of two first opens).
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            new = self._read_marks(conn) is None
+            if new:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version={_FORMAT}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if not new and self.path.stat().st_size <= _QUICK_CHECK_BYTES:
             problems = [str(r[0]) for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
             if problems != ["ok"]:
                 raise UsageError(self._damaged("; ".join(problems)))
