@@ -55,6 +55,7 @@ from .protocol import JudgeSpec, Protocol
 from .schemas import get_output
 from .structured import OnRequest, Outcome, ask
 from .transcript import (
+    MAIN_TEXT_FIELDS,
     DebateResult,
     Event,
     EventKind,
@@ -826,7 +827,7 @@ class DebateRun:
             return ("leaning", "confidence")
         if spec.answer_field:
             return (spec.answer_field,)
-        return tuple(k for k in _MAIN_TEXT if k in get_output(spec.output).model_fields)[:1]
+        return tuple(k for k in MAIN_TEXT_FIELDS if k in get_output(spec.output).model_fields)[:1]
 
     async def _ruling(
         self,
@@ -1161,16 +1162,6 @@ class DebateRun:
             self.result.final_answer = decision.label
 
 
-_MAIN_TEXT = (
-    "final_answer",
-    "answer",
-    "message",
-    "content",
-    "synthesis",
-    "evaluation",
-    "explanation",
-    "consensus",
-)
 _UNDECIDABLE = ("summary", "moderation", "patch_judgement")
 """Deciding outputs with an undecided outcome of their own (a tie, uncertain, no accepted edit)."""
 

@@ -128,6 +128,19 @@ class JudgingRecord(BaseModel):
     """The models tried before ``ruled_by``, each with its error."""
 
 
+MAIN_TEXT_FIELDS = (
+    "final_answer",
+    "answer",
+    "message",
+    "content",
+    "synthesis",
+    "evaluation",
+    "explanation",
+    "consensus",
+)
+"""The fields that hold a turn's main text, in the order :attr:`Turn.text` looks for one."""
+
+
 class Turn(BaseModel):
     """One model call's contribution: a speaker's turn, a moderator's evaluation or the judge's verdict."""
 
@@ -207,16 +220,7 @@ class Turn(BaseModel):
     @property
     def text(self) -> str:
         """The turn's main text: answer, message, argument or explanation, whichever it has."""
-        for key in (
-            "final_answer",
-            "answer",
-            "message",
-            "content",
-            "synthesis",
-            "evaluation",
-            "explanation",
-            "consensus",
-        ):
+        for key in MAIN_TEXT_FIELDS:
             value = self.get(key)
             if isinstance(value, str) and value.strip():
                 return value
