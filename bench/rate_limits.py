@@ -20,7 +20,10 @@ seconds behind one of the rate limiters real deployments put in front of a model
 For each shape, in the same run: ``moot bench --task arithmetic --methods single --n N
 --concurrency C --model openai:...`` as a user types it (a subprocess, at its defaults), then the
 peer: ``AsyncOpenAI(max_retries=20)``, C requests at a time, the SDK's own backoff honouring
-``Retry-After``. Each row gives the wall time, requests served and refused (the server's counts).
+``Retry-After``, as a user runs it: a script in a process of its own (``--peer``), so both walls
+include a start-up (moot's ~0.9 s, ``import openai``'s ~1 s). Each row gives the wall time, the
+*active* time (the server's first request to its last answer: the pacing alone, no start-up),
+and the requests served and refused (the server's counts).
 """
 
 from __future__ import annotations
@@ -68,9 +71,13 @@ class Limiter:
         self.served = 0
         self.refused = 0
         self.charged = 0.0  # tokens of the requests served (the floor of the tokens shape)
+        self.first: float | None = None  # when the first request reached the server
+        self.last = 0.0  # when the last answer left it
 
     def take(self, cost: float) -> tuple[bool, dict[str, str]]:
         now = time.monotonic()
+        if self.first is None:
+            self.first = now
         if self.noburst:
             ok = now >= self.tat
             if ok:
@@ -130,6 +137,7 @@ class Server:
             status = 503 if self.limiter.shape == "noburst-503" else 429
             return web.json_response({"error": {"message": "rate limited"}}, status=status, headers=headers)
         await asyncio.sleep(self.latency)
+        self.limiter.last = time.monotonic()
         reply = {
             "id": "x",
             "object": "chat.completion",
@@ -221,13 +229,24 @@ async def _sdk(url: str, n: int, concurrency: int) -> int:
 
 
 def run_sdk(url: str, n: int, concurrency: int, timeout_s: float) -> dict[str, Any]:
+    """The peer as a user runs it: ``python script.py`` in a process of its own, start-up included
+    (``import openai`` takes about as long as moot's own start-up: both are counted)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--peer", url, str(n), str(concurrency)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     started = time.perf_counter()
     try:
-        done = asyncio.run(asyncio.wait_for(_sdk(url, n, concurrency), timeout_s))
-        status: int | str = 0
-    except TimeoutError:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        status: int | str = proc.returncode
+        done = int(proc.stdout.strip() or -1) if proc.returncode == 0 else -1
+    except subprocess.TimeoutExpired:
         done, status = -1, "timeout"
     return {"wall_s": round(time.perf_counter() - started, 2), "exit": status, "units": done}
+
+
+def peer_main(url: str, n: int, concurrency: int) -> int:
+    """``--peer URL N C``: the openai SDK's client alone in this process; prints the units done."""
+    print(asyncio.run(_sdk(url, n, concurrency)))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,12 +260,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="moot,sdk")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per client and shape")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--peer", nargs=3, metavar=("URL", "N", "C"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.peer:
+        return peer_main(args.peer[0], int(args.peer[1]), int(args.peer[2]))
     floor = args.n / args.rate
     rows = []
     print(f"{args.n} units, {args.concurrency} at a time, {args.latency * 1000:.0f} ms server, "
           f"{args.rate:g} requests/s: floor {floor:.1f} s; load {os.getloadavg()[0]:.1f}")  # fmt: skip
-    print(f"{'shape':14s} {'client':5s} {'wall s':>7s} {'x floor':>7s} {'served':>6s} {'refused':>7s} exit")
+    print(f"{'shape':14s} {'client':5s} {'wall s':>7s} {'x floor':>7s} {'active s':>8s} "
+          f"{'served':>6s} {'refused':>7s} exit")  # fmt: skip
     for shape in args.shapes.split(","):
         for client in args.clients.split(","):
             with Server(shape, args.rate, args.latency, args.tokens_per_request) as server:
@@ -257,12 +280,15 @@ def main(argv: list[str] | None = None) -> int:
                 lim = server.limiter
                 # The tokens shape's floor: the tokens this client's requests cost over the token rate.
                 own = lim.charged / (args.rate * lim.per) if shape == "tokens" else floor
-                row |= {"shape": shape, "client": client, "served": lim.served,
-                        "refused": lim.refused, "floor_s": round(own, 2)}  # fmt: skip
+                # Active: the first request's arrival to the last answer, as the server saw them.
+                active = lim.last - lim.first if lim.first is not None else 0.0
+                row |= {"shape": shape, "client": client, "served": lim.served, "refused": lim.refused,
+                        "floor_s": round(own, 2), "active_s": round(active, 2)}  # fmt: skip
             rows.append(row)
             tail = " ".join(row.get("stderr", []))[:80]
             print(f"{shape:14s} {client:5s} {row['wall_s']:7.1f} {row['wall_s'] / row['floor_s']:7.2f} "
-                  f"{row['served']:6d} {row['refused']:7d} {row['exit']} {tail}", flush=True)  # fmt: skip
+                  f"{row['active_s']:8.1f} {row['served']:6d} {row['refused']:7d} {row['exit']} {tail}",
+                  flush=True)  # fmt: skip
     if args.json:
         args.json.write_text(
             json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1)

@@ -2,7 +2,7 @@
 
 The server answers each request with a valid reply, or (30%) with a 500, a 429 with
 ``Retry-After``, a garbled 200 body, or a dropped connection. Every debate must return,
-at least 90% with no failed turn, no task exception may go unretrieved (asyncio debug
+at least 95% with no failed turn, no task exception may go unretrieved (asyncio debug
 mode), and the usage the debates report must match the server's own counts exactly.
 """
 
@@ -108,7 +108,8 @@ def test_fault_soak(loop_errors: list[dict[str, Any]]) -> None:
     done = [r for r in results if isinstance(r, DebateResult)]
     assert len(done) == DEBATES_PER_PRESET * len(preset_names()) >= 200
     clean = [r for r in done if r.failed_turns == 0 and r.cancelled_turns == 0 and r.fallback is None]
-    assert len(clean) >= 0.9 * len(done), (
+    # Issue 34: at least 95% clean (207-208 of 216 here; 91% before the pacer).
+    assert len(clean) >= 0.95 * len(done), (
         f"{len(clean)}/{len(done)} clean; {requests} requests, faults {soak.faults}"
     )
     # Usage reconciles exactly with the server: every request it read, every valid answer it sent.

@@ -24,6 +24,7 @@ from moot.models import base
 from moot.models.base import Message, ModelRequest
 from moot.models.limits import (
     DEFAULT_CAP,
+    RAMP_EXIT,
     AdaptiveLimit,
     Endpoint,
     Gate,
@@ -128,7 +129,7 @@ class TestArithmetic:
         clock.now += 0.01
         ep.finish(t, Outcome.THROTTLE, 5.0)  # a long Retry-After: the schedule waits for it
         assert ep.pause_left() == pytest.approx(5.0) and not ep.room()
-        assert ep.pacer.w_max == pytest.approx(0.8 * t.rate)  # leaving the ramp
+        assert ep.pacer.w_max == pytest.approx(RAMP_EXIT * t.rate)  # leaving the ramp
         for t in tickets[10:]:
             ep.finish(t, Outcome.CANCELLED)
 
@@ -241,21 +242,44 @@ class TestArithmetic:
         assert pacer.ramping and pacer.rate(10.0) == pytest.approx(5.0)
         assert pacer.rate(10.4) == pytest.approx(20.0)  # doubling every 0.2 s
         assert pacer.wait(10.0) == pytest.approx(0.2)
-        pacer.refused(10.6, sent_at=10.5, sent_rate=35.0)  # the ramp refused at 35/s: W = 0.8 x 35 = 28
-        assert not pacer.ramping and pacer.w_max == 28.0
-        assert pacer.rate(10.6) == pytest.approx(0.9 * 28)
-        assert pacer.rate(10.6 + 1.5) == pytest.approx(28.0)  # back at W after K
-        assert pacer.rate(10.6 + 2.0) == pytest.approx(28 * (1 + 0.1 * (0.5 / 1.5) ** 3))
+        pacer.refused(10.6, sent_at=10.5, sent_rate=40.0)  # the ramp refused at 40/s: W = 0.9 x 40 = 36
+        assert not pacer.ramping and pacer.w_max == 36.0
+        assert pacer.rate(10.6) == pytest.approx(0.9 * 36)
+        assert pacer.rate(10.6 + 1.5) == pytest.approx(36.0)  # back at W after K
+        assert pacer.rate(10.6 + 2.0) == pytest.approx(36 * (1 + 0.1 * (0.5 / 1.5) ** 3))
         pacer.refused(10.7, sent_at=10.59, sent_rate=30.0)  # sent before the cut: counted already
-        assert pacer.w_max == 28.0
+        assert pacer.w_max == 36.0
         sent, now = 0, 11.0
         while now < 12.0:  # one second of sends: spaced, never a burst
             if pacer.wait(now) == 0:
                 pacer.take(now)
                 sent += 1
             now += 0.001
-        assert 25 <= sent <= 29, sent  # 0.9 W climbing back to W = 28
+        assert 32 <= sent <= 37, sent  # 0.9 W climbing back to W = 36
         assert pacer.rate(10.6 + 1.5 + 4.8) is None  # past 4 x W with no refusal: no more pacing
+
+    def test_late_sends_keep_their_slots(self) -> None:
+        """Each send 1.5 ms after its slot (timer and event-loop lateness): the schedule keeps the
+        rate (counted from each late send, it ran 7% below it)."""
+        pacer = RatePacer()
+        pacer.refused(10.0, sent_at=9.9, sent_rate=None)
+        pacer.refused(10.001, sent_at=10.0005, sent_rate=55.0)  # W = 0.9 x 55
+        now, sent = 12.0, 0
+        while now < 14.0:
+            now = max(now, pacer.next_at) + 0.0015
+            pacer.take(now)
+            sent += 1
+        rate = pacer.rate(now)
+        assert rate is not None and sent >= 0.98 * 2.0 * RAMP_EXIT * 55.0, sent
+
+    def test_refusal_after_pacing_aims_near_the_served_rate(self) -> None:
+        """Paced for two seconds, a refusal at 80 requests/s while the server served 50 over the
+        last second sets W at 1.05 x 50: far above a bucket's rate only adds refusals."""
+        pacer = RatePacer()
+        pacer.refused(10.0, sent_at=9.9, sent_rate=None)
+        pacer.refused(10.5, sent_at=10.49, sent_rate=60.0)
+        pacer.refused(13.0, sent_at=12.99, sent_rate=80.0, served_rate=50.0)
+        assert pacer.w_max == pytest.approx(52.5)
 
     def test_announced_limits_pace_before_any_refusal(self) -> None:
         headers = {"x-ratelimit-limit-requests": "3000", "x-ratelimit-remaining-requests": "4"}

@@ -52,9 +52,14 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   request now and then is not paced (the refused request waits its own ``Retry-After``).
 * **The rate.** Nothing says what the server allows at first: a *ramp* starts at half the rate
   served over the last second (at least :data:`RAMP_START`) and doubles every 0.2 s. Its first
-  refusal sets ``W`` to :data:`RAMP_EXIT` of the rate it was sent at; after that the rate follows
-  TCP CUBIC's curve (RFC 8312) in requests/s: ``0.9 * W`` right after a refusal, back at ``W``
-  after 1.5 s, flat near it, then probing above. A refusal while climbing back is not counted
+  refusal sets ``W`` to :data:`RAMP_EXIT` of the rate it was sent at (the rate it actually left
+  at, from the spacing of the latest sends: a whole second's count lags a doubling ramp and set
+  ``W`` at 0.6 of the limit); after that the rate follows TCP CUBIC's curve (RFC 8312) in
+  requests/s: ``0.9 * W`` right after a refusal, back at ``W`` after 1.5 s, flat near it, then
+  probing above. After two seconds of pacing a refusal sets ``W`` at most 1.05 times the rate
+  the server served over the last second: sending far above a bucket's rate only adds refusals.
+  A send that leaves a few milliseconds after its slot keeps it (timer lateness otherwise
+  accumulates: 1-2 ms per 20 ms interval ran 7% below the rate). A refusal while climbing back is not counted
   unless refusals are heavy again (a server refusing some requests whatever the rate would
   otherwise ratchet the rate down); heavy refusals cut deeper each time in a row. Past four
   times ``W`` with no refusal, pacing by measurement ends.
@@ -130,11 +135,15 @@ INITIAL_WINDOW = 16
 initial window: a rate limiter's refusals and announced limits come back before the rest leave."""
 INITIAL_HOLD_S = 0.1
 """Seconds the initial window holds the rest at most (a refusal comes back within a network round trip)."""
-RAMP_EXIT = 0.8
+RAMP_EXIT = 0.9
 """W as a fraction of the rate the ramp was refused at (the cubic then starts at ``beta * W``)."""
 RAMP_START = 5.0
 """Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.2 s)."""
 _RAMP_MAX = 10_000.0  # requests/s: a ramp that got this far without a refusal found no limit
+_RATE_SENDS = 2  # sends whose spacing measures the rate a request actually left at
+_SERVED_SPAN_S = 2.0  # seconds of pacing after which the served rate measures the limit
+_ABOVE_SERVED = 1.05  # W after a refusal, at most this times the rate served over the last second
+_LATE_S = 0.005  # seconds a paced send may leave after its slot and keep it
 _SHARE_OF = 32  # answers whose share of refusals says whether a rate limit is passed
 _HEAVY_SHARE = 0.25  # the share of refusals that does
 
@@ -457,6 +466,8 @@ class RatePacer:
         """The share of requests the server refuses whatever the rate, once measured."""
         self._below = [0, 0]  # answers and refusals to requests sent while climbing back, since the cut
         self._above = [0, 0]  # the same at or above the refused rate
+        self.paced_since = 0.0
+        """When the current stretch of pacing began (its first ramp)."""
         self.cuts_in_row = 0
         """Cuts since a request sent after a cut was last served."""
         self.announced: Announced | None = None
@@ -536,7 +547,10 @@ class RatePacer:
         if self.allowance >= 1.0:
             self.allowance -= 1.0  # the server's bucket has room: no need to wait for the schedule
             return
-        self.next_at = max(self.next_at, now) + 1.0 / rate
+        # A send a little after its slot (the timer's and the event loop's lateness, a millisecond
+        # or two) keeps the slot: counted from the late send, 1-2 ms lost per 20 ms interval ran
+        # 7% below the rate. Later than that, the schedule restarts from now (no burst to catch up).
+        self.next_at = max(self.next_at, now - min(_LATE_S, 0.5 / rate)) + 1.0 / rate
 
     def refused(
         self,
@@ -583,6 +597,7 @@ class RatePacer:
         if sent_rate is None or (self.w_max is None and not self.ramping):
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
             self.ramping, self.start_rate = True, max(RAMP_START, 0.5 * served_rate)
+            self.paced_since = now
         else:
             # A ramp doubles its rate, so it may have gone past the limit by up to twice (more where
             # a deep bucket hid the limit for a while): leaving it, W is a fraction of the refused rate.
@@ -590,7 +605,13 @@ class RatePacer:
             # far above the limit, so each cut in a row goes deeper (beta, beta^2, beta^4, ...).
             deeper = self.beta ** (2 ** min(self.cuts_in_row, 2) - 1)
             self.cuts_in_row += 1
-            self.w_max = max(sent_rate * deeper * (RAMP_EXIT if self.ramping else 1.0), 0.1)
+            w = sent_rate * deeper * (RAMP_EXIT if self.ramping else 1.0)
+            if not self.ramping and now - self.paced_since >= _SERVED_SPAN_S:
+                # Paced long enough that the last second's answers were all sent on the schedule:
+                # what the server served in it is its rate, and a little above it is enough to
+                # keep it busy (sending far above a bucket's rate only adds refusals).
+                w = min(w, _ABOVE_SERVED * served_rate) if served_rate > 0 else w
+            self.w_max = max(w, 0.1)
             self.ramping = False
         self.since = now + pause_s
         # The refusal says the server's bucket is empty now: the next request leaves one interval
@@ -766,10 +787,11 @@ class Endpoint:
         sent.append(now)
         while sent[0] < now - 1.0:
             sent.popleft()
-        if rate is not None and self._first_sent_at <= now - 1.0:
+        if rate is not None and len(sent) > _RATE_SENDS:
             # The rate it actually left at: fewer requests than the schedule allows may be ready
             # (callers waiting their Retry-After), and a refusal says something of that rate only.
-            rate = min(rate, float(len(sent)))
+            # Measured over the latest sends (not a whole second, which lags a ramp's doubling).
+            rate = min(rate, _RATE_SENDS / max(now - sent[-1 - _RATE_SENDS], 1e-6))
         below = self.pacer.climbing(now)
         self.pacer.take(now, tokens)
         epoch = self.limit.sent(self.in_flight)
