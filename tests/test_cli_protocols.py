@@ -126,7 +126,11 @@ def test_dry_run_prints_exactly_the_prompts_round_one_sends(
     ctx.write_text(json.dumps({"docs": [{"id": "d1", "text": "Tea has caffeine."}]}))
     argv = ["run", "Is tea good?", "--protocol", protocol, "--context", str(ctx), "--dry-run", "--json"]
     assert main([*argv, "--model", "never:x"]) == 0
-    planned = json.loads(capsys.readouterr().out)
+    printed = json.loads(capsys.readouterr().out)
+    planned = printed["calls"]
+    estimate = printed["estimate"]  # the whole debate at most, priced from the spec (never:x has no price)
+    assert estimate["calls"] >= len(planned) and estimate["cost_usd_at_most"] is None
+    assert printed["estimate_error"] is None
     # The same debate, really run on a function model: its first speakers got the same messages.
     model = FunctionModel(lambda req: _schema_reply(req), name="fake:real")
     fake_provider("fake", lambda rest: model)

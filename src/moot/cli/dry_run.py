@@ -93,7 +93,7 @@ def first_round_calls(debate: Debate, topic: str, context: Any, models: dict[str
 
 
 def format_calls(calls: list[PlannedCall], *, as_json: bool) -> str:
-    """The calls as text for a terminal, or as one JSON array."""
+    """The calls as text for a terminal, or as one JSON array (``moot run --dry-run --json`` wraps them)."""
     if as_json:
         return json.dumps([c.as_json() for c in calls], ensure_ascii=False, indent=2)
     blocks = []

@@ -325,15 +325,26 @@ def _batch(
 
 
 def _dry_run(debate: Debate, topic: str, context: Any, players: dict[str, str], *, as_json: bool) -> None:
-    """Round 1's prompts, then (as text) the whole debate's calls, tokens and cost at most."""
-    calls = format_calls(first_round_calls(debate, topic, context, players), as_json=as_json)
-    typer.echo(safe_json(calls) if as_json else clean(calls))
-    if as_json:
-        return
+    """Round 1's prompts, then the whole debate's calls, tokens and cost at most.
+
+    With ``--json``: one object, ``{"calls": [round 1's calls], "estimate": {...} or null,
+    "estimate_error": null or why}``.
+    """
+    planned = first_round_calls(debate, topic, context, players)
     try:  # priced from the specs: no model is resolved, loaded or called
-        said = estimate_debate(debate, topic, context, players).lines()
+        estimate, error = estimate_debate(debate, topic, context, players), None
     except UsageError as exc:
-        said = [f"no estimate: {exc}"]
+        estimate, error = None, str(exc)
+    if as_json:
+        whole = {
+            "calls": [c.as_json() for c in planned],
+            "estimate": estimate.as_json() if estimate is not None else None,
+            "estimate_error": error,
+        }
+        typer.echo(safe_json(json.dumps(whole, ensure_ascii=False, indent=2)))
+        return
+    typer.echo(clean(format_calls(planned, as_json=False)))
+    said = estimate.lines() if estimate is not None else [f"no estimate: {error}"]
     typer.echo("\n" + clean("\n".join(said)))
 
 
