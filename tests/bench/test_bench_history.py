@@ -271,3 +271,21 @@ def test_dry_run_shows_what_the_history_saves(tmp_path: Path, capsys: pytest.Cap
     bounded = _prompt_tokens(capsys.readouterr().out, "society:3:5")
     assert bounded < whole * 0.7  # rounds 2 to 4 keep only their latest exchange (one passes 300)
     assert not (tmp_path / "o").exists()
+
+
+def test_the_cli_says_the_window_warning_once_and_the_report_counts_the_shortened_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    def windowed(rest: str) -> FunctionModel:
+        model = FunctionModel(_talkative)
+        model.context_window = 700
+        return model
+
+    fake_provider("histwin", windowed)
+    out = tmp_path / "o"
+    argv = ["bench", "--methods", "society:3:5", "--n", "3", "--model", "histwin:a", "--max-tokens", "100"]
+    assert main([*argv, "--out", str(out), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert sum("context window" in line for line in err.splitlines()) == 1, err
+    report = (out / "report.md").read_text()
+    assert "- history: none set" in report and "calls had their history shortened" in report

@@ -19,7 +19,7 @@ from ..history import Exchange, fit_exchanges
 from ..models.base import Message
 from ..models.pricing import CHARS_PER_TOKEN, estimate_tokens, spec_pricing
 from ..protocol import HistorySpec
-from .methods import MethodSpec
+from .methods import MethodSpec, history_override
 from .tasks import Item, Task
 
 __all__ = ["MethodCost", "estimate_methods", "format_estimate"]
@@ -79,10 +79,8 @@ def _preset(
     from ..engine import Debate
     from ..estimate import estimate_debate
 
-    overrides = None
-    if history is not None:  # as MethodContext.debate sets it
-        overrides = {"history": {"max_tokens": history.max_tokens, "strategy": history.strategy}}
-    debate = Debate(name, overrides=overrides)
+    overrides = {"history": history_override(history)} if history is not None else None
+    debate = Debate(name, overrides=overrides)  # as MethodContext.debate sets it
     players = {key: p.model or model for key, p in debate.protocol.personas.items()}
     calls = estimate_debate(debate, item.prompt, None, players).calls
     return [c.prompt_tokens for c in calls], [c.max_tokens for c in calls]

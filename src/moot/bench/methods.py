@@ -104,6 +104,7 @@ __all__ = [
     "MethodContext",
     "MethodSpec",
     "call_seed",
+    "history_override",
     "matched_vote",
     "parse_method",
     "rescore",
@@ -224,6 +225,18 @@ def matched_vote(spec: MethodSpec, k: int | None = None) -> MethodSpec | None:
         return None
     k = k or spec.nominal_calls
     return MethodSpec(name=f"vote:{k}", kind="vote", agents=k, nominal_calls=k, matches=spec.name)
+
+
+def history_override(history: HistorySpec) -> dict[str, Any]:
+    """A preset's ``history`` override from the bench's option (``MethodContext.history``).
+
+    Its strategy and budget always, and any other field the option sets (otherwise a preset's
+    own ``summarizer`` is kept).
+    """
+    return history.model_dump(exclude_defaults=True) | {
+        "max_tokens": history.max_tokens,
+        "strategy": history.strategy,
+    }
 
 
 def call_seed(seed: int, item_id: str, agent: int, round_: int) -> int:
@@ -593,10 +606,7 @@ class MethodContext:
             if seconds is not None:
                 overrides["timeout"] = seconds
             if self.history is not None:
-                overrides["history"] = {
-                    "max_tokens": self.history.max_tokens,
-                    "strategy": self.history.strategy,
-                }
+                overrides["history"] = history_override(self.history)
             j = self.judging
             self._debates[preset] = Debate(
                 preset,
