@@ -159,6 +159,11 @@ def test_a_preset_gets_the_history_as_its_protocols_and_records_what_the_engine_
     config = BenchConfig(task="arithmetic", methods=["answer"], n=2, history=HistorySpec(max_tokens=40))
     run = asyncio.run(run_bench(config, model=FunctionModel(fn), out=tmp_path / "out"))
     assert run.complete and all(r.history_shortened > 0 and r.history_left_out > 0 for r in run.records)
+    from moot.bench.runner import run_outcome
+
+    assert run_outcome(run)["summary"]["history_shortened"] == {
+        "answer": sum(r.history_shortened for r in run.records)
+    }
     text = render_markdown(build_report(run))
     assert "--history window:40" in text and "calls had their history shortened" in text
 

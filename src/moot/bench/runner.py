@@ -628,6 +628,9 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     blank = {m.method: m.replies_blank for m in summaries if m.replies_blank}
     if blank:
         summary["blank_replies"] = blank
+    shortened = {m.method: m.history_shortened for m in summaries if m.history_shortened}
+    if shortened:  # calls whose prompt left out earlier history (--history, or the model's window)
+        summary["history_shortened"] = shortened
     same = same_samples_hint(summaries, run.config.temperature)
     if same is not None:  # run_bench says it once on the moot logger
         summary["same_samples"] = same
