@@ -25,6 +25,18 @@ unless the bench sets another (``MethodContext.deadlines``, ``moot bench --deadl
 turn) is recorded with ``fallback`` set and is not the method's answer: it is never
 scored, and the report counts it per method.
 
+History (``MethodContext.history``, ``moot bench --history window:N``): each society agent's
+chat keeps the question and the latest exchanges (its answer, then the debate prompt with its
+peers' answers) whose text fits ``N`` tokens (:func:`moot.history.fit_exchanges`), the oldest
+left out first and the latest always whole; the debate prompt then says how many earlier
+exchanges were left out. Without the option, a society prompt that would pass the model's
+window (when :meth:`~moot.models.Model.known_window` knows it, never asked of a server) less
+the reply's ``max_tokens`` is shortened the same way, with one warning. Round 0 is never
+shortened. A preset gets the option as its protocol's ``history`` (``summarize`` too, which
+a society cannot have: each agent holds its own chat). ``single`` and ``vote:K`` have no
+history. Each record counts the calls whose history was shortened
+(``ItemRecord.history_shortened``).
+
 ``K`` and ``N`` are at most 64, ``T`` at most 50 (:data:`MAX_AGENTS`, :data:`MAX_ROUNDS`).
 
 Every plain call (single, vote, society) goes through :func:`moot.models.call_model`
@@ -58,6 +70,7 @@ turn's messages as the engine sent them (system prompt included).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import zlib
 from collections.abc import Iterable
@@ -75,9 +88,11 @@ from ..errors import (
     UsageError,
     error_text,
 )
+from ..history import Fitted, fit_exchanges
 from ..models.base import CallStats, Message, Model, ModelRequest, ModelResponse, Usage, public_endpoint
 from ..models.retry import RetryPolicy, call_model
 from ..observe import PipelineEvent
+from ..protocol import HistorySpec
 from ..transcript import RequestRecord, RetryRecord
 from .records import MIN_QUOTE, AgentAnswer, ItemRecord, SentMessage
 from .stats import majority, unanimous
@@ -89,6 +104,7 @@ __all__ = [
     "MethodContext",
     "MethodSpec",
     "call_seed",
+    "history_override",
     "matched_vote",
     "parse_method",
     "rescore",
@@ -100,6 +116,11 @@ MAX_AGENTS = 64
 """Most samples of ``vote:K`` and agents of ``society:N:T`` (each holds its replies in memory)."""
 MAX_ROUNDS = 50
 """Most rounds of ``society:N:T``, the same cap as a protocol's ``rounds``."""
+REPLY_RESERVE = 512
+"""Tokens a society prompt leaves in the window for the reply when ``max_tokens`` is the
+backend's (None): the embedded model's default cap."""
+
+_log = logging.getLogger(__name__)
 
 MethodKind = Literal["single", "vote", "society", "preset"]
 _SOCIETY_OPTIONS = ("early_stop", "debate_if_disagree")
@@ -204,6 +225,18 @@ def matched_vote(spec: MethodSpec, k: int | None = None) -> MethodSpec | None:
         return None
     k = k or spec.nominal_calls
     return MethodSpec(name=f"vote:{k}", kind="vote", agents=k, nominal_calls=k, matches=spec.name)
+
+
+def history_override(history: HistorySpec) -> dict[str, Any]:
+    """A preset's ``history`` override from the bench's option (``MethodContext.history``).
+
+    Its strategy and budget always, and any other field the option sets (otherwise a preset's
+    own ``summarizer`` is kept).
+    """
+    return history.model_dump(exclude_defaults=True) | {
+        "max_tokens": history.max_tokens,
+        "strategy": history.strategy,
+    }
 
 
 def call_seed(seed: int, item_id: str, agent: int, round_: int) -> int:
@@ -345,6 +378,9 @@ class MethodContext:
             preset), instead of the preset's production deadline.
         judging: the presets' deciding-step options (``blind``, ``shuffle``, ``audit``,
             ``swap_robust``), given to each preset's ``Debate`` as ``judge_<option>=``.
+        history: the history option (``--history``): a society agent's prompt carries at most
+            its ``max_tokens`` of history (``window`` only); a preset gets it as its protocol's
+            ``history``. None: only the model's known window bounds a society prompt.
     """
 
     model: Model
@@ -355,7 +391,10 @@ class MethodContext:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     deadlines: dict[str, float] = field(default_factory=dict)
     judging: dict[str, bool] = field(default_factory=dict)
+    history: HistorySpec | None = None
     _debates: dict[str, Any] = field(default_factory=dict)
+    _window: list[int | None] = field(default_factory=list)  # the model's known window, once read
+    _warned_window: bool = False
     _samples: dict[tuple[str, int], asyncio.Future[_Asked]] = field(default_factory=dict)
     _uses: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -522,6 +561,33 @@ class MethodContext:
             reply=response.text if response is not None else None,
         )
 
+    def fit_history(self, method: str, messages: list[Message]) -> Fitted:
+        """A society agent's chat (the question, then answer and debate prompt pairs) fitted.
+
+        Bounded by :attr:`history` and by the model's known window less the reply's
+        ``max_tokens`` (see the module docstring); as it is when neither is set or known.
+        """
+        if not self._window:  # read once: a price-table lookup is not free on every call
+            self._window.append(self.model.known_window())
+        window = self._window[0]
+        limit = None if window is None else window - (self.max_tokens or REPLY_RESERVE)
+        cap = self.history.max_tokens if self.history is not None else None
+        if limit is None and cap is None:
+            return Fitted(messages, 0, 0)
+        rest = messages[1:]
+        pairs = [(rest[k], rest[k + 1]) for k in range(0, len(rest) - 1, 2)]
+        fitted = fit_exchanges(self.model, messages[:1], pairs, prompt_limit=limit, max_tokens=cap)
+        if fitted.left_out and self.history is None and not self._warned_window:
+            self._warned_window = True
+            _log.warning(
+                "bench %s: prompts would pass %s's %s-token context window: their earliest exchanges "
+                "are left out (the window strategy; set --history window:N to choose)",
+                method,
+                self.model.name,
+                window,
+            )
+        return fitted
+
     def score(
         self, item: Item, agent: str, text: str, finish: str | None = None, **transcript: Any
     ) -> AgentAnswer:
@@ -539,6 +605,8 @@ class MethodContext:
             seconds = self.deadlines.get(preset, self.deadlines.get("*"))
             if seconds is not None:
                 overrides["timeout"] = seconds
+            if self.history is not None:
+                overrides["history"] = history_override(self.history)
             j = self.judging
             self._debates[preset] = Debate(
                 preset,
@@ -618,6 +686,11 @@ def _split(asked: _Asked, n: int) -> list[_Asked]:
 
 async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord:
     """single, vote:K and society:N:T."""
+    if spec.kind == "society" and ctx.history is not None and ctx.history.strategy == "summarize":
+        raise UsageError(
+            f"method {spec.name} cannot summarize its history (each society agent holds its own chat): "
+            "summarize needs a preset; use window:N"
+        )
     started = time.perf_counter()
     n = spec.agents
     histories = [[Message(role="user", content=item.prompt)] for _ in range(n)]
@@ -626,6 +699,7 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
     spent: list[Usage] = []  # every reply's usage, added up once at the end
     texts: list[str] = []
     stopped = False
+    shortened = left_out = 0
     for r in range(spec.rounds):
         if r > 0:
             for i in range(n):
@@ -635,7 +709,12 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
         if r == 0:  # n samples of one prompt, shared with the other plain methods on this item
             asked = await ctx._first_round(item, spec.name, n, histories[0])
         else:
-            asked = await _gather([ctx._ask(item, spec.name, i, r, list(histories[i])) for i in range(n)])
+            fitted = [ctx.fit_history(spec.name, histories[i]) for i in range(n)]
+            shortened += sum(f.left_out > 0 for f in fitted)
+            left_out += sum(f.left_out for f in fitted)
+            asked = await _gather(
+                [ctx._ask(item, spec.name, i, r, list(fitted[i].messages)) for i in range(n)]
+            )
         replies = [a.response for a in asked]
         spent.extend(reply.usage for reply in replies)
         texts = [reply.text for reply in replies]
@@ -666,6 +745,8 @@ async def _plain(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemRecord
         started,
         stopped_early=stopped,
         messages=table.messages,
+        history_shortened=shortened,
+        history_left_out=left_out,
     )
 
 
@@ -704,6 +785,11 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
     # A deadline that cut every turn short (a hung server) measured nothing either.
     if result.fallback and not any(t.ok for t in turns) and all(t.cancelled for t in turns):
         raise RunError(f"preset {spec.name}: no turn finished ({result.fallback})")
+    fitted = result.metrics.get("history") or {}  # calls whose history the engine shortened
+    history = {
+        "history_shortened": int(fitted.get("calls", 0)),
+        "history_left_out": int(fitted.get("turns_left_out", 0)),
+    }
     order = {key: i for i, key in enumerate(debate.protocol.speakers())}
     answer_field = debate.protocol.answer_field
     rounds: list[list[AgentAnswer]] = []
@@ -740,6 +826,7 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
             messages=table.messages,
             judging=judging,
             judge_shares_model_with=result.judge_shares_model_with,
+            **history,
         )
         return record.model_copy(update={"parse_failed": False, "fallback": result.fallback})
     final = ctx.task.parse(result.final_answer or "", item).value
@@ -758,6 +845,7 @@ async def _run_preset(spec: MethodSpec, item: Item, ctx: MethodContext) -> ItemR
         messages=table.messages,
         judging=judging,
         judge_shares_model_with=result.judge_shares_model_with,
+        **history,
     )
 
 

@@ -165,6 +165,12 @@ class ItemRecord(BaseModel):
     judging option (``--judge-blind``, ``--judge-shuffle``, ``--judge-audit``, ``--judge-swap-robust``)."""
     judge_shares_model_with: list[str] = Field(default_factory=list)
     """A preset's speakers whose model is also the model that decided (docs/judging.md)."""
+    history_shortened: int = 0
+    """Calls whose prompt left out earlier history, to fit ``--history`` or the model's window
+    (:mod:`moot.history`); 0 in records written before moot counted them."""
+    history_left_out: int = 0
+    """What those calls left out, added up: a society's exchanges (an answer and the debate
+    prompt after it), a preset's turns."""
 
     @model_validator(mode="after")
     def _older_fallback(self) -> ItemRecord:

@@ -42,6 +42,7 @@ __all__ = [
     "command_line",
     "ensure_plotting",
     "fallback_hint",
+    "history_option",
     "render_markdown",
     "rich_table",
     "write_plots",
@@ -192,7 +193,35 @@ def command_line(config: BenchConfig, n_items: int | None = None) -> str:
     for option, on in config.judging.items():
         if on:
             parts.append(f"--judge-{option.replace('_', '-')}")
+    if config.history is not None:
+        parts.append(f"--history {history_option(config)}")
     return " ".join(parts)
+
+
+def history_option(config: BenchConfig) -> str:
+    """The ``--history`` value of a configuration (``window:N``), or ``none``."""
+    h = config.history
+    return "none" if h is None else f"{h.strategy}:{h.max_tokens}"
+
+
+def _history_line(config: BenchConfig) -> str:
+    """What bounded each prompt's history, for the report's header."""
+    if config.history is None:
+        return (
+            "- history: none set (`--history`): a society prompt that would pass the model's known window "
+            "is shortened by the window strategy, with a warning"
+        )
+    option = history_option(config)
+    if config.history.strategy == "summarize":
+        return (
+            f"- history: `--history {option}`: each preset has it as its protocol's `history` (rounds "
+            "before the latest summarized, the summaries' calls counted); single and vote have no history"
+        )
+    return (
+        f"- history: `--history {option}`: each society prompt carries at most "
+        f"{config.history.max_tokens} tokens of exchanges (the latest always whole); each preset "
+        "has it as its protocol's `history`; single and vote have no history"
+    )
 
 
 def _share(x: float | None) -> str:
@@ -349,6 +378,12 @@ def _extras(report: Report) -> list[str]:
             bits.append(
                 f"a lenient parser would read {m.lenient_parsed} of the {m.parse_failures} unparsed finals"
             )
+        if m.history_shortened:
+            what = "exchanges" if m.method.startswith("society:") else "turns"
+            bits.append(
+                f"{m.history_shortened} calls had their history shortened ({m.history_left_out} earlier "
+                f"{what} left out)"
+            )
         if m.replies_truncated:
             bits.append(f"{m.replies_truncated} replies cut at max_tokens")
         if m.replies_blank:
@@ -418,6 +453,7 @@ def render_markdown(report: Report, *, plots: Sequence[str] = ()) -> str:
         f"- model: {model}; items: {report.n_items} (seed {c.seed}); temperature: "
         f"{'backend default' if c.temperature is None else f'{c.temperature:g}'}; max tokens per call: "
         f"{'backend default' if c.max_tokens is None else c.max_tokens}",
+        _history_line(c),
         f"- status: {status}",
         f"- written: {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- reproduce: `{command_line(c, report.n_items)}`",

@@ -42,6 +42,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -67,7 +68,7 @@ from ..models.cache import open_cache, with_cache
 from ..models.pricing import spec_pricing
 from ..models.retry import RetryPolicy
 from ..observe import PipelineEvent, RunHandle, RunStart, observed
-from ..protocol import MAX_TOKENS_PER_CALL
+from ..protocol import MAX_TOKENS_PER_CALL, HistorySpec
 from .methods import MethodContext, MethodSpec, matched_vote, parse_method, run_method
 from .records import ItemRecord
 from .tasks import Item, Task, make_task
@@ -85,8 +86,10 @@ __all__ = [
     "UnitRunner",
     "bench_title",
     "check_deadlines",
+    "check_history",
     "expand_methods",
     "load_records",
+    "parse_history",
     "run_bench",
     "run_outcome",
 ]
@@ -96,10 +99,20 @@ MAX_ITEMS = 100_000
 RESULTS_FILE = "results.jsonl"
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
-_FINGERPRINT = ("task", "model", "seed", "temperature", "max_tokens", "exclude_conflict", "judging")
-# Fields older run.json files do not have. A resume may not change the judging options: the
-# audit's figures would mix audited and unaudited units.
-_FINGERPRINT_DEFAULTS: dict[str, Any] = {"exclude_conflict": False, "judging": {}}
+_FINGERPRINT = (
+    "task",
+    "model",
+    "seed",
+    "temperature",
+    "max_tokens",
+    "exclude_conflict",
+    "judging",
+    "history",
+)
+# Fields older run.json files do not have. A resume may not change the judging options (the
+# audit's figures would mix audited and unaudited units) nor the history (units with and
+# without the budget would be one method's figures).
+_FINGERPRINT_DEFAULTS: dict[str, Any] = {"exclude_conflict": False, "judging": {}, "history": None}
 
 
 class BenchConfig(BaseModel):
@@ -146,6 +159,11 @@ class BenchConfig(BaseModel):
     judging: dict[str, bool] = Field(default_factory=dict)
     """The deciding steps' options for every preset method (``blind``, ``shuffle``, ``audit``,
     ``swap_robust``: docs/judging.md); unset keeps each preset's."""
+    history: HistorySpec | None = None
+    """How much history each prompt carries (``--history window:N|summarize:N``): a society's
+    agents keep the latest exchanges that fit ``max_tokens`` (``window`` only), a preset gets it
+    as its protocol's ``history`` (:mod:`moot.bench.methods`). None: only the model's known
+    window bounds a prompt. Part of a resume's fingerprint."""
 
     @field_validator("judging")
     @classmethod
@@ -240,7 +258,7 @@ def match_by_cost(config: BenchConfig, task: Task) -> BenchConfig:
     items = task.items(config.n, config.seed)
     specs = expand_methods(config.methods)
     single = parse_method("single")
-    costs = estimate_methods([single, *specs], task, items, config.model, config.max_tokens)
+    costs = estimate_methods([single, *specs], task, items, config.model, config.max_tokens, config.history)
     one = costs[0].cost_usd
     if not one:
         raise UsageError(f"--matched-by cost needs a priced model; {config.model} costs {one}")
@@ -250,6 +268,40 @@ def match_by_cost(config: BenchConfig, task: Task) -> BenchConfig:
         if spec.is_debate
     }
     return config.model_copy(update={"matched_votes": votes})
+
+
+_HISTORY = re.compile(r"(window|summarize):([1-9][0-9]{0,8})")
+
+
+def parse_history(text: str) -> HistorySpec:
+    """``--history window:N`` or ``summarize:N`` (N: tokens of history each prompt may carry).
+
+    Raises:
+        UsageError: anything else (another strategy, N missing, 0, negative or not an integer).
+    """
+    found = _HISTORY.fullmatch(text)
+    if found is None:
+        raise UsageError(
+            f"--history {text!r}: use window:N or summarize:N, N the tokens of history each prompt "
+            "may carry (a positive integer); summarize is for presets only"
+        )
+    return HistorySpec(strategy="window" if found[1] == "window" else "summarize", max_tokens=int(found[2]))
+
+
+def check_history(history: HistorySpec | None, specs: Iterable[MethodSpec]) -> None:
+    """A ``summarize`` history is for presets only: a society's agents each hold their own chat.
+
+    Raises:
+        UsageError: ``summarize`` with a ``society:N:T`` method (the first one named).
+    """
+    if history is None or history.strategy != "summarize":
+        return
+    for spec in specs:
+        if spec.kind == "society":
+            raise UsageError(
+                f"--history summarize:{history.max_tokens}: method {spec.name} cannot summarize (each "
+                "society agent holds its own chat): summarize needs a preset; use window:N for societies"
+            )
 
 
 def check_deadlines(deadlines: dict[str, float], specs: Iterable[MethodSpec]) -> None:
@@ -481,6 +533,8 @@ def _check_resume(out: Path, config: BenchConfig, resume: bool) -> None:
         old = read_run_file(meta)
         for key in _FINGERPRINT:
             mine = getattr(config, key)
+            if isinstance(mine, BaseModel):  # as run.json holds it
+                mine = mine.model_dump(mode="json")
             # run.json holds the model spec with its URL credentials masked: compare masked forms.
             if redact.data(old.get(key, _FINGERPRINT_DEFAULTS.get(key))) != redact.data(mine):
                 raise UsageError(
@@ -574,6 +628,9 @@ def run_outcome(run: BenchRun) -> dict[str, Any]:
     blank = {m.method: m.replies_blank for m in summaries if m.replies_blank}
     if blank:
         summary["blank_replies"] = blank
+    shortened = {m.method: m.history_shortened for m in summaries if m.history_shortened}
+    if shortened:  # calls whose prompt left out earlier history (--history, or the model's window)
+        summary["history_shortened"] = shortened
     same = same_samples_hint(summaries, run.config.temperature)
     if same is not None:  # run_bench says it once on the moot logger
         summary["same_samples"] = same
@@ -699,6 +756,7 @@ async def run_bench(
     if config.budget_usd is not None and spec_pricing(config.model)[0].price is None:
         raise UsageError(f"--budget-usd needs the model's price: {spec_pricing(config.model)[0].note}")
     check_deadlines(config.deadlines, specs)
+    check_history(config.history, specs)
     items = task.items(config.n, config.seed)
     _check_resume(out, config, resume)
     try:
@@ -788,6 +846,7 @@ async def _run(
             policy=policy or RetryPolicy(),
             deadlines=dict(config.deadlines),
             judging=dict(config.judging),
+            history=config.history,
         )
         ctx.share_first_round(pending)
 

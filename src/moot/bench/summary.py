@@ -94,6 +94,10 @@ class MethodSummary:
     fallbacks: tuple[tuple[str, int], ...] = ()
     """(reason, units) of the fallen-back units, most common first; the reason is the fallback's
     kind with its detail (``timeout: the debate exceeded 10 s``)."""
+    history_shortened: int = 0
+    """Calls whose prompt left out earlier history (``--history``, or to fit the model's window)."""
+    history_left_out: int = 0
+    """What they left out, added up: a society's exchanges, a preset's turns."""
 
     @property
     def accuracy(self) -> float:
@@ -248,6 +252,8 @@ def summarize(method: str, records: Sequence[ItemRecord]) -> MethodSummary:
         notes=sum(r.note is not None for r in records),
         fell_back=sum(reasons.values()),
         fallbacks=tuple(reasons.most_common()),
+        history_shortened=sum(r.history_shortened for r in records),
+        history_left_out=sum(r.history_left_out for r in records),
         **_costs(records),
     )
 

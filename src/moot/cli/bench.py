@@ -51,9 +51,11 @@ from ..bench.runner import (
     BenchRun,
     RunObserver,
     check_deadlines,
+    check_history,
     expand_methods,
     load_records,
     match_by_cost,
+    parse_history,
     read_run_file,
     run_bench,
 )
@@ -95,7 +97,7 @@ def _print_estimate(config: BenchConfig, task: Any, items: list[Any]) -> None:
     from ..models.pricing import spec_pricing
 
     specs = expand_methods(config.methods, config.matched, config.matched_votes)
-    costs = estimate_methods(specs, task, items, config.model, config.max_tokens)
+    costs = estimate_methods(specs, task, items, config.model, config.max_tokens, config.history)
     typer.echo(clean(format_estimate(costs, config.model, spec_pricing(config.model)[0].note)))
 
 
@@ -370,6 +372,17 @@ def bench(
     judge_shuffle: JudgeShuffleOption = False,
     judge_audit: JudgeAuditOption = False,
     judge_swap_robust: JudgeSwapRobustOption = False,
+    history: Annotated[
+        str | None,
+        typer.Option(
+            "--history",
+            metavar="window:N|summarize:N",
+            help="Tokens of history each prompt may carry: a society agent keeps the question and its "
+            "latest exchanges that fit N (the prompt says how many were left out); a preset gets it as "
+            "its protocol's history. summarize:N is for presets only. single and vote:K have no history. "
+            "Default: only the model's known window bounds a prompt.",
+        ),
+    ] = None,
 ) -> None:
     """Benchmark methods on a task: accuracy with intervals, cost, flips and paired tests.
 
@@ -399,6 +412,7 @@ def bench(
         "exclude_conflict": exclude_conflict,
     }
     deadlines = parse_deadlines(deadline or [])
+    history_spec = parse_history(history) if history is not None else None
     spec = store_spec(store, enabled=not no_store and not report_only)
     if model is not None and ray_address is None:  # (with --ray the workers build the model)
         _check_model(model, dry_run=dry_run)
@@ -414,6 +428,9 @@ def bench(
     judging = judging_options(judge_blind, judge_shuffle, judge_audit, judge_swap_robust)
     if judging or resumed is None:  # a resume keeps the recorded options unless given
         fields["judging"] = judging
+    if history_spec is not None or resumed is None:  # a resume keeps the recorded history unless given
+        fields["history"] = history_spec
+    given["history"] = history_spec is not None  # a --replay keeps the recorded one unless given
     fields, out, replayed = _replay(replay, resumed, target, fields, given, out)
     out_dir = out or default_out(
         fields["task"], fields["model"], fields["seed"], fields["methods"], fields["n"], fields["matched"]
@@ -431,9 +448,9 @@ def bench(
         bench_task = make_task(config.task, exclude_conflict=config.exclude_conflict)
         bench_items = bench_task.items(config.n, config.seed)
         config = match_by_cost(config, bench_task)
-        check_deadlines(
-            config.deadlines, expand_methods(config.methods, config.matched, config.matched_votes)
-        )
+        specs = expand_methods(config.methods, config.matched, config.matched_votes)
+        check_deadlines(config.deadlines, specs)
+        check_history(config.history, specs)
         if dry_run:
             _print_estimate(config, bench_task, bench_items)
             return

@@ -21,6 +21,7 @@ from ..bench.tasks import Item, Task, make_task
 from ..errors import UsageError
 from ..models.base import Model, concurrency_cap
 from ..models.retry import RetryPolicy
+from ..protocol import HistorySpec
 from ._cluster import RayOptions, connect
 from ._pool import WorkerPool, worker_pool
 from ._worker import Job, ModelSource
@@ -40,6 +41,8 @@ class BenchJob(Job):
     deadlines: dict[str, float] = field(default_factory=dict)
     """Seconds per unit of a preset, as ``BenchConfig.deadlines``: a worker starts each unit's
     debate with its own deadline from them (no clock crosses machines)."""
+    history: HistorySpec | None = None
+    """The run's ``--history`` (``BenchConfig.history``)."""
     _ctx: MethodContext | None = field(default=None, repr=False)
 
     async def run(self, model: Model, unit: Any) -> ItemRecord:
@@ -54,6 +57,7 @@ class BenchJob(Job):
                 max_tokens=self.max_tokens,
                 policy=self.policy,
                 deadlines=self.deadlines,
+                history=self.history,
             )
         return await run_method(spec, item, self._ctx)
 
@@ -161,6 +165,7 @@ async def run_bench_ray(
         config.max_tokens,
         policy or RetryPolicy(),
         deadlines=dict(config.deadlines),
+        history=config.history,
     )
     source = model_source(model if model is not None else config.model, model_concurrency)
     with connect(options) as ray_module:
