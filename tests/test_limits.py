@@ -240,7 +240,7 @@ class TestArithmetic:
         assert not pacer.active and pacer.wait(0.0) == 0.0 and pacer.rate(0.0) is None
         pacer.refused(10.0, sent_at=9.9, sent_rate=None)  # a first burst: ramp from 5/s
         assert pacer.ramping and pacer.rate(10.0) == pytest.approx(5.0)
-        assert pacer.rate(10.4) == pytest.approx(20.0)  # doubling every 0.2 s
+        assert pacer.rate(10.2) == pytest.approx(20.0)  # doubling every 0.1 s
         assert pacer.wait(10.0) == pytest.approx(0.2)
         pacer.refused(10.6, sent_at=10.5, sent_rate=40.0)  # the ramp refused at 40/s: W = 0.9 x 40 = 36
         assert not pacer.ramping and pacer.w_max == 36.0
@@ -280,6 +280,22 @@ class TestArithmetic:
         pacer.refused(10.5, sent_at=10.49, sent_rate=60.0)
         pacer.refused(13.0, sent_at=12.99, sent_rate=80.0, served_rate=50.0)
         assert pacer.w_max == pytest.approx(52.5)
+
+    def test_one_refusal_among_many_served_cuts_shallow(self) -> None:
+        """A limiter with no burst refuses a request that arrived a little early: after 60 served
+        since the last cut, one refusal cuts to 0.97 W, not 0.9 W (a bucket well passed still 0.9)."""
+        pacer = RatePacer()
+        pacer.refused(10.0, sent_at=9.9, sent_rate=None)
+        pacer.refused(10.5, sent_at=10.49, sent_rate=50.0)  # W = 45 (leaving the ramp)
+        for _ in range(60):
+            pacer.answered(below=False, refused=False)
+        pacer.cuts_in_row = 0  # as Endpoint.finish does once a request sent after the cut is served
+        pacer.refused(13.0, sent_at=12.99, sent_rate=48.0, heavy=False, served_rate=46.0)
+        assert pacer.w_max == pytest.approx(48.0) and pacer.rate(13.0) == pytest.approx(0.97 * 48.0)
+        for _ in range(10):
+            pacer.answered(below=False, refused=True)
+        pacer.refused(16.0, sent_at=15.99, sent_rate=52.0, served_rate=50.0)
+        assert pacer.rate(16.0) == pytest.approx(0.9 * pacer.w_max)  # type: ignore[operator]
 
     def test_announced_limits_pace_before_any_refusal(self) -> None:
         headers = {"x-ratelimit-limit-requests": "3000", "x-ratelimit-remaining-requests": "4"}

@@ -51,18 +51,20 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   nothing served between: a rate limit refuses every request beyond it. A server refusing a
   request now and then is not paced (the refused request waits its own ``Retry-After``).
 * **The rate.** Nothing says what the server allows at first: a *ramp* starts at half the rate
-  served over the last second (at least :data:`RAMP_START`) and doubles every 0.2 s. Its first
+  served over the last second (at least :data:`RAMP_START`) and doubles every 0.1 s. Its first
   refusal sets ``W`` to :data:`RAMP_EXIT` of the rate it was sent at (the rate it actually left
   at, from the spacing of the latest sends: a whole second's count lags a doubling ramp and set
   ``W`` at 0.6 of the limit); after that the rate follows TCP CUBIC's curve (RFC 8312) in
-  requests/s: ``0.9 * W`` right after a refusal, back at ``W`` after 1.5 s, flat near it, then
-  probing above. After two seconds of pacing a refusal sets ``W`` at most 1.05 times the rate
-  the server served over the last second: sending far above a bucket's rate only adds refusals.
-  A send that leaves a few milliseconds after its slot keeps it (timer lateness otherwise
-  accumulates: 1-2 ms per 20 ms interval ran 7% below the rate). A refusal while climbing back is not counted
-  unless refusals are heavy again (a server refusing some requests whatever the rate would
-  otherwise ratchet the rate down); heavy refusals cut deeper each time in a row. Past four
-  times ``W`` with no refusal, pacing by measurement ends.
+  requests/s: ``0.9 * W`` right after a refusal (up to ``0.97 * W`` when it is the only refusal
+  among many served since the last cut: a limiter with no burst refusing a request that arrived
+  a little early), back at ``W`` after 1.5 s, flat near it, then probing above. After two
+  seconds of pacing a refusal sets ``W`` at most 1.05 times the rate the server served over the
+  last second: sending far above a bucket's rate only adds refusals. A send that leaves a few
+  milliseconds after its slot keeps it (timer lateness otherwise accumulates: 1-2 ms per 20 ms
+  interval ran 7% below the rate). A refusal while climbing back is not counted unless refusals
+  are heavy again (a server refusing some requests whatever the rate would otherwise ratchet the
+  rate down); heavy refusals cut deeper each time in a row. Past four times ``W`` with no
+  refusal, pacing by measurement ends.
 * **Retry-After.** It counts whole seconds: ``1`` says a slot frees within the second, which the
   schedule spaces requests for already; the refused request waits it, the others keep their
   places. A longer one is a pause the server asks for: nothing leaves before it ends, then the
@@ -138,12 +140,13 @@ INITIAL_HOLD_S = 0.1
 RAMP_EXIT = 0.9
 """W as a fraction of the rate the ramp was refused at (the cubic then starts at ``beta * W``)."""
 RAMP_START = 5.0
-"""Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.2 s)."""
+"""Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.1 s)."""
 _RAMP_MAX = 10_000.0  # requests/s: a ramp that got this far without a refusal found no limit
 _RATE_SENDS = 2  # sends whose spacing measures the rate a request actually left at
 _SERVED_SPAN_S = 2.0  # seconds of pacing after which the served rate measures the limit
 _ABOVE_SERVED = 1.05  # W after a refusal, at most this times the rate served over the last second
 _LATE_S = 0.005  # seconds a paced send may leave after its slot and keep it
+_SHALLOW_CUT = 0.97  # the shallowest cut, after one refusal among many served
 _SHARE_OF = 32  # answers whose share of refusals says whether a rate limit is passed
 _HEAVY_SHARE = 0.25  # the share of refusals that does
 
@@ -443,7 +446,7 @@ class RatePacer:
         beta: float = 0.9,
         k_s: float = 1.5,
         release: float = 4.0,
-        ramp_s: float = 0.2,
+        ramp_s: float = 0.1,
         margin: float = 0.95,
     ) -> None:
         self.beta = beta
@@ -451,6 +454,8 @@ class RatePacer:
         self.release = release
         self.ramp_s = ramp_s
         self.margin = margin
+        self.cut_beta = beta
+        """The last cut's factor: ``beta``, or shallower when refusals were few since the cut before."""
         self.w_max: float | None = None
         """The rate of the last refusal (requests/s); None: no refusal measured one."""
         self.ramping = False
@@ -513,7 +518,7 @@ class RatePacer:
             return None
         if self.w_max is None:
             return None
-        c = (1.0 - self.beta) / self.k_s**3
+        c = (1.0 - self.cut_beta) / self.k_s**3
         rate = self.w_max * (1.0 + c * (t - self.k_s) ** 3)
         if rate >= self.release * self.w_max:
             self.w_max = None  # the server allows far more than it did: stop pacing by measurement
@@ -592,6 +597,12 @@ class RatePacer:
             self.random_share = below[1] / below[0]
             self._below, self._above = [0, 0], [0, 0]
             return
+        # A refusal after many served requests (a limiter with no burst, refusing a request that
+        # arrived a little early) says the rate is just above the limit: a shallow cut. Many
+        # refusals since the last cut (a bucket well passed) cut by beta.
+        answered, refusals = below[0] + above[0], below[1] + above[1]
+        shallow = min(_SHALLOW_CUT, 1.0 - refusals / answered) if answered else self.beta
+        self.cut_beta = max(self.beta, shallow)
         self._below, self._above = [0, 0], [0, 0]
         self.cut_at = now
         if sent_rate is None or (self.w_max is None and not self.ramping):
