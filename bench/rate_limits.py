@@ -264,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.peer:
         return peer_main(args.peer[0], int(args.peer[1]), int(args.peer[2]))
+    # moot byte-compiled, as pip installs it (and as the openai package the peer imports is): a
+    # source tree run with PYTHONDONTWRITEBYTECODE=1 would compile moot's modules at each start.
+    import compileall
+
+    import moot
+
+    compileall.compile_dir(str(Path(moot.__file__).parent), quiet=1)
     floor = args.n / args.rate
     rows = []
     print(f"{args.n} units, {args.concurrency} at a time, {args.latency * 1000:.0f} ms server, "

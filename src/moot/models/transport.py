@@ -218,7 +218,7 @@ class Transport:
                 ttl_dns_cache=300,
                 keepalive_timeout=_KEEPALIVE_S,
                 happy_eyeballs_delay=0.25,
-                ssl=_tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")),
+                ssl=_tls_setting(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")),
             ),
             timeout=self._client_timeout,
             cookie_jar=aiohttp.DummyCookieJar(),
@@ -346,12 +346,16 @@ class Transport:
 
 
 @functools.lru_cache(maxsize=4)
-def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
-    """The system's trust store, or ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (the key: a change is seen).
+def _tls_setting(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext | bool:
+    """``SSL_CERT_FILE``/``SSL_CERT_DIR``'s trust store (the key: a change is seen), else True.
 
-    Made once per setting, not per session: loading a store takes ~10-30 ms, and ``run_sync``
-    makes a session per call.
+    True: aiohttp's own verifying context, the system's store, made once when aiohttp is imported
+    (a second one here cost ~40 ms of every start-up). With either variable set, a context made
+    once per setting, not per session: loading a store takes ~10-40 ms, and ``run_sync`` makes a
+    session per call.
     """
+    if not cert_file and not cert_dir:
+        return True
     return ssl.create_default_context()
 
 
