@@ -273,3 +273,41 @@ def test_models_on_one_endpoint_share_one_gate() -> None:
     assert sonnet_at - sent[0][1] >= 1.45
     (stats,) = sonnet.endpoint_stats()
     assert stats["endpoint"] == "https://claude.test" and stats["throttled"] == 1 and stats["sent"] == 3
+
+
+@pytest.mark.usefixtures("allow_requests")
+@pytest.mark.parametrize("on", ["answer", "refusal"])
+def test_announced_limits_pace_the_endpoint(on: str) -> None:
+    """Anthropic's ``anthropic-ratelimit-*`` headers, on an answer or on a 429, reach the pacer of
+    the endpoint's gate: requests leave at (at most) 0.95 of the announced rate before anything
+    else is refused."""
+    from moot.models.retry import RetryPolicy, call_model
+
+    limits = {"anthropic-ratelimit-requests-limit": "3000", "anthropic-ratelimit-requests-remaining": "0"}
+    answer = ok(message([{"type": "text", "text": "fine"}]))
+    if on == "answer":
+        answer.headers.update(limits)
+        replies = [answer]
+    else:
+        replies = [error(429, {**limits, "retry-after": "0"}), answer]
+
+    claude = AnthropicModel("claude-haiku-4-5", api_key="k", base_url=f"https://{on}.test")
+    plain = ModelRequest(messages=[Message(role="user", content="hi")])
+
+    async def go() -> None:
+        async with httpx.AsyncClient(
+            transport=httpx.MockTransport(lambda _request: replies.pop(0))
+        ) as client:
+            claude._http_client = client
+            await call_model(claude, plain, RetryPolicy(base_delay=0))
+            gate = claude.gate()
+            assert gate is not None
+            (endpoint,) = gate.endpoints
+            pacer = endpoint.pacer
+            assert pacer.announced is not None and pacer.announced.requests_per_s == pytest.approx(50.0)
+            rate = pacer.rate(endpoint.clock())
+            assert rate is not None and rate <= 0.95 * 50.0 + 1e-9
+            if on == "answer":
+                assert rate == pytest.approx(0.95 * 50.0)
+
+    asyncio.run(go())

@@ -240,8 +240,13 @@ class TestArithmetic:
         assert not pacer.active and pacer.wait(0.0) == 0.0 and pacer.rate(0.0) is None
         pacer.refused(10.0, sent_at=9.9, sent_rate=None)  # a first burst: ramp from 5/s
         assert pacer.ramping and pacer.rate(10.0) == pytest.approx(5.0)
-        assert pacer.rate(10.2) == pytest.approx(20.0)  # doubling every 0.1 s
         assert pacer.wait(10.0) == pytest.approx(0.2)
+        assert pacer.rate(11.0) == pytest.approx(10.0)  # nothing sent: one doubling at most (RFC 7661)
+        now = 10.0
+        while now < 10.5:  # sending on the schedule (from 10.2 s, at 10/s): doubling every 0.1 s
+            now = max(now, pacer.next_at)
+            pacer.take(now)
+        assert pacer.rate(now) == pytest.approx(10.0 * 2 ** ((now - 10.2) / 0.1), rel=0.05)
         pacer.refused(10.6, sent_at=10.5, sent_rate=40.0)  # the ramp refused at 40/s: W = 0.9 x 40 = 36
         assert not pacer.ramping and pacer.w_max == 36.0
         assert pacer.rate(10.6) == pytest.approx(0.9 * 36)

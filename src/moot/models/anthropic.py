@@ -11,6 +11,7 @@ output that works on every Claude model.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from .base import (
     ModelResponse,
     Usage,
     check_allow_model_requests,
+    note_rate_limits,
     spec_cap,
     split_spec_options,
 )
@@ -207,8 +209,14 @@ class AnthropicModel(SDKModel):
             ]
             kwargs["tool_choice"] = {"type": "tool", "name": tool}
         try:
-            message = await self._client().messages.create(**kwargs)
+            # The raw response (the SDK's documented way to its headers): the rate limits it
+            # announces pace the endpoint before anything is refused.
+            raw = await self._client().messages.with_raw_response.create(**kwargs)
+            note_rate_limits(raw.headers)
+            parsed = raw.parse()  # a coroutine from anthropic 2 on (its raw responses are async)
+            message = await parsed if inspect.isawaitable(parsed) else parsed
         except Exception as err:  # noqa: BLE001 - every SDK failure becomes a ModelError
+            note_rate_limits(getattr(getattr(err, "response", None), "headers", None))
             raise map_anthropic_error(err, self.name, (self._api_key,)) from err
         text = ""
         for block in message.content:

@@ -18,7 +18,7 @@ import moot.redact as redact
 
 from ..errors import ModelRequestsBlocked
 from ._grammar import parse_options
-from .limits import DEFAULT_CAP, Endpoint, Gate, shared_gate
+from .limits import DEFAULT_CAP, Announced, Endpoint, Gate, announced_limits, shared_gate
 
 if TYPE_CHECKING:
     from .pricing import Price, Pricing
@@ -266,6 +266,8 @@ class CallStats:
     cut short while repairing an invalid answer still keeps what the model said."""
     error: str | None = None
     """Why that last answer was rejected, if it was."""
+    announced: Announced | None = None
+    """The rate limits the last answer's headers announced (:func:`note_rate_limits`)."""
 
 
 _CURRENT_STATS: ContextVar[CallStats | None] = ContextVar("moot_call_stats", default=None)
@@ -317,6 +319,18 @@ def note_not_sent() -> None:
     stats = _CURRENT_STATS.get()
     if stats is not None:
         stats.usage.attempts -= 1
+
+
+def note_rate_limits(headers: Any) -> None:
+    """Hand the rate limits in an answer's headers to the endpoint's pacer.
+
+    For backends whose gate :func:`moot.models.call_model` holds (an SDK's client: Anthropic's
+    ``anthropic-ratelimit-*``, OpenAI's ``x-ratelimit-*``); the ``openai:`` aiohttp stack reads
+    them itself. ``headers``: a case-insensitive mapping (httpx's), or None.
+    """
+    stats = _CURRENT_STATS.get()
+    if stats is not None and headers is not None:
+        stats.announced = announced_limits(headers)
 
 
 def note_cached_reply() -> None:

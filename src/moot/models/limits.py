@@ -51,7 +51,8 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   nothing served between: a rate limit refuses every request beyond it. A server refusing a
   request now and then is not paced (the refused request waits its own ``Retry-After``).
 * **The rate.** Nothing says what the server allows at first: a *ramp* starts at half the rate
-  served over the last second (at least :data:`RAMP_START`) and doubles every 0.1 s. Its first
+  served over the last second (at least :data:`RAMP_START`) and doubles every 0.1 s of sending
+  (no more than once while nothing is sent: RFC 7661's application-limited rule). Its first
   refusal sets ``W`` to :data:`RAMP_EXIT` of the rate it was sent at (the rate it actually left
   at, from the spacing of the latest sends: a whole second's count lags a doubling ramp and set
   ``W`` at 0.6 of the limit); after that the rate follows TCP CUBIC's curve (RFC 8312) in
@@ -463,6 +464,9 @@ class RatePacer:
         self.since = 0.0
         """When the current ramp or cubic began (and the earliest time anything is sent)."""
         self.start_rate = 1.0
+        self.ramp_rate = 1.0
+        self.ramp_last = 0.0
+        """When the ramp last sent a request, at ``ramp_rate``: it grows one doubling past that at most."""
         self.next_at = 0.0
         """The schedule: the earliest time the next request may leave."""
         self.cut_at = float("-inf")
@@ -511,7 +515,11 @@ class RatePacer:
     def _measured_rate(self, now: float) -> float | None:
         t = max(0.0, now - self.since)
         if self.ramping:
-            rate: float = self.start_rate * 2.0 ** (t / self.ramp_s)
+            # Application-limited (RFC 7661's rule for TCP): the ramp grows while requests go out,
+            # at most one doubling past the last one sent. Requests all waiting a Retry-After of a
+            # second would otherwise come back to a rate 2^10 times higher, and go as one burst.
+            idle = min(max(0.0, now - self.ramp_last), self.ramp_s)
+            rate: float = self.ramp_rate * 2.0 ** (idle / self.ramp_s)
             if rate < _RAMP_MAX:
                 return rate
             self.ramping = False  # no refusal however fast: no rate limit to pace for
@@ -549,6 +557,8 @@ class RatePacer:
         rate = self.rate(now)
         if rate is None:
             return
+        if self.ramping and now >= self.ramp_last:
+            self.ramp_rate, self.ramp_last = rate, now
         if self.allowance >= 1.0:
             self.allowance -= 1.0  # the server's bucket has room: no need to wait for the schedule
             return
@@ -601,7 +611,7 @@ class RatePacer:
         # arrived a little early) says the rate is just above the limit: a shallow cut. Many
         # refusals since the last cut (a bucket well passed) cut by beta.
         answered, refusals = below[0] + above[0], below[1] + above[1]
-        shallow = min(_SHALLOW_CUT, 1.0 - refusals / answered) if answered else self.beta
+        shallow = min(_SHALLOW_CUT, 1.0 - refusals / answered) if answered and not self.ramping else self.beta
         self.cut_beta = max(self.beta, shallow)
         self._below, self._above = [0, 0], [0, 0]
         self.cut_at = now
@@ -609,6 +619,7 @@ class RatePacer:
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
             self.ramping, self.start_rate = True, max(RAMP_START, 0.5 * served_rate)
             self.paced_since = now
+            self.ramp_rate, self.ramp_last = self.start_rate, now + pause_s
         else:
             # A ramp doubles its rate, so it may have gone past the limit by up to twice (more where
             # a deep bucket hid the limit for a while): leaving it, W is a fraction of the refused rate.

@@ -77,6 +77,7 @@ from .base import (
     Usage,
     check_allow_model_requests,
     effective_cap,
+    note_rate_limits,
     spec_cap,
     split_spec_options,
 )
@@ -513,6 +514,8 @@ class OpenAIModel(SDKModel):
             # chat.completions.create, without its per-call parameter transform (module docstring).
             completion = await self._client().post("/chat/completions", body=body, cast_to=ChatCompletion)
         except Exception as err:  # noqa: BLE001 - every SDK failure becomes a ModelError
+            # A refusal's headers announce the limits too (an answer's are not read on this route).
+            note_rate_limits(getattr(getattr(err, "response", None), "headers", None))
             raise map_openai_error(err, self.name, (self._api_key,)) from err
         if not completion.choices:
             raise ModelResponseError(f"{self.name}: the server returned no choices", model=self.name)

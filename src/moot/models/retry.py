@@ -164,6 +164,7 @@ async def _gated(model: Model, gate: Gate, request: ModelRequest, stats: CallSta
         ticket = await gate.acquire()
         stats.queue_s += time.perf_counter() - waited
     outcome, retry_after = Outcome.CANCELLED, None
+    stats.announced = None
     try:
         response = await _attempt(model, request, stats, model.request_timeout)
         # A reply from a response cache says nothing about the endpoint's latency.
@@ -173,7 +174,7 @@ async def _gated(model: Model, gate: Gate, request: ModelRequest, stats: CallSta
         outcome, retry_after = _outcome(err)
         raise
     finally:
-        gate.release(ticket, outcome, retry_after)
+        gate.release(ticket, outcome, retry_after, stats.announced)
 
 
 def _outcome(err: ModelError) -> tuple[Outcome, float | None]:
