@@ -374,6 +374,19 @@ def test_a_presets_bench_deadline_reaches_the_workers(tmp_path: Path) -> None:
     assert all(r.fallback == "timeout: the debate exceeded 0.5 s" and not r.correct for r in run.records)
 
 
+def test_a_benchs_judging_options_reach_the_workers(tmp_path: Path) -> None:
+    """``moot bench --ray --judge-blind``: each worker's debates judge blind, and each record says
+    how its deciding step was judged, as on one machine (the option was dropped on the way)."""
+    from moot.models.testing import SchemaModel
+
+    config = BenchConfig(task="arithmetic", methods=["answer"], n=1, judging={"blind": True})
+    run = asyncio.run(
+        run_bench_ray(config, model=SchemaModel, out=tmp_path / "out", ray=RayOptions(workers=1))
+    )
+    (record,) = run.records
+    assert record.judging and all(j.blind for j in record.judging), record.judging
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_model_concurrency_reaches_the_workers(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: int

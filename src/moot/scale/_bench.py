@@ -43,6 +43,8 @@ class BenchJob(Job):
     debate with its own deadline from them (no clock crosses machines)."""
     history: HistorySpec | None = None
     """The run's ``--history`` (``BenchConfig.history``)."""
+    judging: dict[str, bool] = field(default_factory=dict)
+    """The presets' deciding-step options (``BenchConfig.judging``: blind, shuffle, audit...)."""
     _ctx: MethodContext | None = field(default=None, repr=False)
 
     async def run(self, model: Model, unit: Any) -> ItemRecord:
@@ -57,6 +59,7 @@ class BenchJob(Job):
                 max_tokens=self.max_tokens,
                 policy=self.policy,
                 deadlines=self.deadlines,
+                judging=self.judging,
                 history=self.history,
             )
         return await run_method(spec, item, self._ctx)
@@ -166,6 +169,7 @@ async def run_bench_ray(
         policy or RetryPolicy(),
         deadlines=dict(config.deadlines),
         history=config.history,
+        judging=dict(config.judging),
     )
     source = model_source(model if model is not None else config.model, model_concurrency)
     with connect(options) as ray_module:
