@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,7 +19,7 @@ from ..errors import MissingDependencyError, UsageError
 from ..runs import default_store_path
 from ._model_options import ModelConcurrencyOption, apply_model_concurrency
 from ._store_options import StoreOption
-from .view import LOOPBACK, MIN_TOKEN
+from ._web_options import HostOption, check_token, token_option
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..serve import ServeSettings
@@ -58,22 +57,7 @@ ProtocolOption = Annotated[
 ]
 
 
-def check_token(host: str, token: str | None) -> None:
-    """Refuse a short token, and a non-loopback ``host`` without one (anyone could spend your model keys).
-
-    Raises:
-        UsageError: which, with a token to use.
-    """
-    if token is not None and len(token) < MIN_TOKEN:
-        raise UsageError(
-            f"--token must be at least {MIN_TOKEN} characters (got {len(token)}); "
-            f"for example --token {secrets.token_urlsafe(24)}"
-        )
-    if host not in LOOPBACK and not token:
-        raise UsageError(
-            f"--host {host} would let the network run debates on your model keys: give --token "
-            f"(or set MOOT_SERVE_TOKEN), e.g. --token {secrets.token_urlsafe(24)}"
-        )
+_TOKEN_ENV = "MOOT_SERVE_TOKEN"
 
 
 def _protocols(files: list[Path] | None) -> dict[str, Path]:
@@ -119,18 +103,9 @@ def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve_cmd(
         store: StoreOption = None,
-        host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs --token.")] = (
-            "127.0.0.1"
-        ),
+        host: HostOption = "127.0.0.1",
         port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one, printed).")] = 8000,
-        token: Annotated[
-            str | None,
-            typer.Option(
-                envvar="MOOT_SERVE_TOKEN",
-                help=f"Require this token (at least {MIN_TOKEN} characters) as the API key of every request.",
-                show_default=False,
-            ),
-        ] = None,
+        token: Annotated[str | None, token_option(_TOKEN_ENV, "as the API key of every request")] = None,
         model: ModelOption = None,
         max_debates: MaxDebatesOption = 4,
         queue: QueueOption = None,
@@ -151,7 +126,7 @@ def register(app: typer.Typer) -> None:
         model_concurrency: ModelConcurrencyOption = None,
     ) -> None:
         """Serve debates as an OpenAI-compatible API (model: moot:PRESET or moot:PRESET@SPEC), MCP at /mcp."""
-        check_token(host, token)
+        check_token(host, token, exposes="let the network run debates on your model keys", envvar=_TOKEN_ENV)
         apply_model_concurrency(model_concurrency)
         try:
             import uvicorn
