@@ -32,7 +32,7 @@ def main(out: Path) -> None:
     records = load_records(out / RESULTS_FILE)
     fresh = [rescore(r, items[r.item_id], task) for r in records]
     changed = sum(a.final != b.final for a, b in zip(records, fresh, strict=True))
-    text = "".join(r.model_dump_json() + "\n" for r in fresh)
+    text = "".join(r.sealed().model_dump_json() + "\n" for r in fresh)  # rescored: sealed anew
     (out / RESULTS_FILE).write_text(text, encoding="utf-8")
     print(f"{out}: {len(fresh)} records rescored, {changed} finals changed")
 

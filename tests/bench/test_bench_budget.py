@@ -32,6 +32,7 @@ def _priced() -> FunctionModel:
 def _untimed(record: Any) -> str:
     data = record.model_dump()
     data.pop("wall_s")
+    data.pop("sha256")  # of the whole record, its times included
     for answers in data["rounds"]:
         for answer in answers:
             answer.pop("latency_s", None)

@@ -230,3 +230,44 @@ def test_a_vote_whose_samples_are_all_the_same_text_is_said_once(
     assert main([*base, "--model", "sampled:a", "--temperature", "0.7", "--out", str(tmp_path / "s")]) == 0
     assert "same text" not in capsys.readouterr().err
     assert "same samples" not in (tmp_path / "s" / "report.md").read_text(encoding="utf-8")
+
+
+def test_an_edited_result_line_is_refused_unless_trusted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_provider: Callable[..., None]
+) -> None:
+    """Each results.jsonl line carries the sha256 of its record: a line edited after it was
+    recorded (a wrong answer turned right) is refused by --resume, --report-only and --replay,
+    one error and exit 2 before any work; --trust-edited uses it; a line without a digest (older
+    runs) is read as before."""
+    from moot.bench.records import ItemRecord
+    from moot.bench.runner import load_records
+
+    _provider(fake_provider, "sealed")
+    out = tmp_path / "out"
+    argv = ["bench", "--task", "arithmetic", "--methods", "single", "--model", "sealed:a"]
+    argv += ["--n", "4", "--out", str(out), "--no-plots", "--store", str(tmp_path / "runs.db")]
+    assert main(argv) == 0
+    results = out / "results.jsonl"
+    lines = results.read_text(encoding="utf-8").splitlines()
+    records = [ItemRecord.model_validate_json(line) for line in lines]
+    assert all(r.sha256 and not r.edited for r in records)
+    wrong = next(i for i, r in enumerate(records) if not r.correct)
+    data = json.loads(lines[wrong])
+    data["correct"], data["final"] = True, data["gold"]
+    lines[wrong] = json.dumps(data)
+    results.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    store = ["--store", str(tmp_path / "runs.db"), "--no-plots"]
+    for given in (
+        ["bench", "--resume", str(out), *store],
+        ["bench", "--out", str(out), "--report-only", *store],
+        ["bench", "--replay", str(out), "--out", str(tmp_path / "r"), *store],
+    ):
+        assert main(given) == 2, given
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"line {wrong + 1}" in err[0] and "--trust-edited" in err[0], err
+    assert not (tmp_path / "r").exists()
+    assert main(["bench", "--out", str(out), "--report-only", "--no-plots", "--trust-edited"]) == 0
+    # An older run's lines carry no digest: read as they are.
+    results.write_text("".join(json.dumps(json.loads(x) | {"sha256": None}) + "\n" for x in lines))
+    assert len(load_records(results)) == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from pydantic import (
@@ -171,6 +172,10 @@ class ItemRecord(BaseModel):
     history_left_out: int = 0
     """What those calls left out, added up: a society's exchanges (an answer and the debate
     prompt after it), a preset's turns."""
+    sha256: str | None = None
+    """SHA-256 of the record's JSON without this field, set when the runner writes its line
+    (:meth:`sealed`); a line whose digest does not match was edited after it was recorded
+    (:meth:`edited`). None in records written before moot sealed them."""
 
     @model_validator(mode="after")
     def _older_fallback(self) -> ItemRecord:
@@ -194,6 +199,18 @@ class ItemRecord(BaseModel):
             return Message(role=stored.role, content=stored.content)
         text = "".join(p if isinstance(p, str) else self.rounds[p[0]][p[1]].text for p in stored.parts)
         return Message(role=stored.role, content=text)
+
+    def _digest(self) -> str:
+        return hashlib.sha256(self.model_dump_json(exclude={"sha256"}).encode()).hexdigest()
+
+    def sealed(self) -> ItemRecord:
+        """This record with :attr:`sha256` set: what ``results.jsonl`` holds."""
+        return self.model_copy(update={"sha256": self._digest()})
+
+    @property
+    def edited(self) -> bool:
+        """True when the record carries a digest that its content no longer matches."""
+        return self.sha256 is not None and self.sha256 != self._digest()
 
     @property
     def tokens(self) -> int:

@@ -324,7 +324,7 @@ def check_deadlines(deadlines: dict[str, float], specs: Iterable[MethodSpec]) ->
             )
 
 
-def load_records(path: Path, *, repair: bool = False) -> list[ItemRecord]:
+def load_records(path: Path, *, repair: bool = False, trust_edited: bool = False) -> list[ItemRecord]:
     """Read ``results.jsonl``; of an (item, method)'s lines, the first that is not a fallback.
 
     A resume's rerun of a fallen-back unit replaces it; a unit that only fell back keeps its last.
@@ -332,9 +332,11 @@ def load_records(path: Path, *, repair: bool = False) -> list[ItemRecord]:
     Args:
         path: the file.
         repair: truncate an incomplete last line (a write cut short by a crash).
+        trust_edited: use lines edited after they were recorded (their ``sha256`` does not
+            match) instead of refusing them.
 
     Raises:
-        UsageError: a complete line that is not a valid record.
+        UsageError: a complete line that is not a valid record, or edited lines (unless trusted).
     """
     if not path.is_file():
         return []
@@ -344,6 +346,7 @@ def load_records(path: Path, *, repair: bool = False) -> list[ItemRecord]:
         with path.open("r+b") as fh:
             fh.truncate(end)
     records: dict[tuple[str, str], ItemRecord] = {}
+    edited: list[int] = []
     for number, line in enumerate(data[:end].splitlines(), start=1):
         if not line.strip():
             continue
@@ -353,9 +356,21 @@ def load_records(path: Path, *, repair: bool = False) -> list[ItemRecord]:
             raise UsageError(
                 f"{path}:{number}: not a valid result line ({str(err).splitlines()[0]})"
             ) from None
+        if record.edited:
+            edited.append(number)
         key = (record.item_id, record.method)
         if key not in records or records[key].fallback is not None:
             records[key] = record
+    if edited and not trust_edited:
+        shown = ", ".join(map(str, edited[:5])) + (", ..." if len(edited) > 5 else "")
+        raise UsageError(
+            f"{path}: {len(edited)} result line(s) were edited after they were recorded (line {shown}: "
+            "the sha256 each line carries does not match it); --trust-edited uses them anyway"
+        )
+    if edited:
+        _log.warning(
+            "%s: %d result line(s) edited after they were recorded, used (--trust-edited)", path, len(edited)
+        )
     return list(records.values())
 
 
@@ -706,6 +721,7 @@ async def run_bench(
     store: Any = None,
     continues: str | None = None,
     cache: Any = None,
+    trust_edited: bool = False,
 ) -> BenchRun:
     """Run (or continue) a benchmark and return every record of its items and methods.
 
@@ -737,10 +753,13 @@ async def run_bench(
         cache: answer ``model``'s requests from a response cache (:mod:`moot.models.cache`): a
             cache file, a ``ResponseCache``, or True for ``$MOOT_CACHE`` / ``./.moot/cache.db``;
             None (the default) leaves ``model`` as it is.
+        trust_edited: with ``resume``, use result lines edited after they were recorded (their
+            ``sha256`` does not match) instead of refusing them (:func:`load_records`).
 
     Raises:
         UsageError: bad task or methods, results in ``out`` without ``resume``, a resume with a
-            different configuration, a damaged results file, or another process writing to ``out``.
+            different configuration, a damaged or edited results file, or another process writing to
+            ``out``.
     """
     started = time.perf_counter()
     deadline = Deadline.within(timeout_s)  # converted once, before anything runs
@@ -759,6 +778,8 @@ async def run_bench(
     check_history(config.history, specs)
     items = task.items(config.n, config.seed)
     _check_resume(out, config, resume)
+    if resume:  # an edited line is refused before any work (and read again, trusted, below)
+        load_records(out / RESULTS_FILE, trust_edited=trust_edited)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:  # a file where the directory should be, no permission...
@@ -816,7 +837,7 @@ async def _run(
     (out / RUN_FILE).write_text(redact.text(json.dumps(meta, indent=2)) + "\n", encoding="utf-8")
 
     results = out / RESULTS_FILE
-    previous = load_records(results, repair=True) if resume else []
+    previous = load_records(results, repair=True, trust_edited=True) if resume else []  # checked above
     done = {(r.item_id, r.method) for r in previous if r.fallback is None}  # fallen back: run again
     wanted = {(i.id, s.name) for i in items for s in specs}
     run = BenchRun(
@@ -883,6 +904,7 @@ async def _run(
                     continue
                 streak = 0
                 await _settle(budget, spec, held, record)
+                record = record.sealed()  # an edit of its line is seen by --resume, --replay, reports
                 line = record.model_dump_json()
                 _append(fh, line, results, written=len(previous) + len(fresh))
                 fresh.append(record)

@@ -208,7 +208,7 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _report_only(out: Path) -> BenchRun:
+def _report_only(out: Path, trust_edited: bool = False) -> BenchRun:
     meta = out / RUN_FILE
     if not meta.is_file():
         raise UsageError(f"no {RUN_FILE} in {out}: nothing to report")
@@ -217,7 +217,7 @@ def _report_only(out: Path) -> BenchRun:
     specs = expand_methods(config.methods, config.matched, config.matched_votes)
     task = make_task(config.task, exclude_conflict=config.exclude_conflict)
     items = task.items(config.n, config.seed)
-    by_key = {(r.item_id, r.method): r for r in load_records(out / RESULTS_FILE)}
+    by_key = {(r.item_id, r.method): r for r in load_records(out / RESULTS_FILE, trust_edited=trust_edited)}
     records = [by_key[(i.id, s.name)] for i in items for s in specs if (i.id, s.name) in by_key]
     run = BenchRun(
         config=config,
@@ -283,6 +283,14 @@ def bench(
             help="Continue a run (its --out folder or its run id) with its recorded settings.",
         ),
     ] = None,
+    trust_edited: Annotated[
+        bool,
+        typer.Option(
+            "--trust-edited",
+            help="With --resume, --replay or --report-only: use result lines edited after they were "
+            "recorded (each line carries its sha256; an edited one is refused otherwise).",
+        ),
+    ] = False,
     replay: Annotated[
         str | None,
         typer.Option(
@@ -423,6 +431,7 @@ def bench(
             raise UsageError(f"--resume: --out {out} contradicts the recorded run (out {resumed.out})")
         fields = merge_resume(resumed, {k: v for k, v in fields.items() if given.get(k)})
         out = resumed.out
+        load_records(out / RESULTS_FILE, trust_edited=trust_edited)  # an edited line: refused before any work
     if deadlines or resumed is None:  # a resume may lift the recorded deadlines
         fields["deadlines"] = deadlines
     judging = judging_options(judge_blind, judge_shuffle, judge_audit, judge_swap_robust)
@@ -431,7 +440,7 @@ def bench(
     if history_spec is not None or resumed is None:  # a resume keeps the recorded history unless given
         fields["history"] = history_spec
     given["history"] = history_spec is not None  # a --replay keeps the recorded one unless given
-    fields, out, replayed = _replay(replay, resumed, target, fields, given, out)
+    fields, out, replayed = _replay(replay, resumed, target, fields, given, out, trust_edited)
     out_dir = out or default_out(
         fields["task"], fields["model"], fields["seed"], fields["methods"], fields["n"], fields["matched"]
     )
@@ -439,7 +448,7 @@ def bench(
     if not no_plots:
         ensure_plotting()
     if report_only:
-        run = _report_only(out_dir)
+        run = _report_only(out_dir, trust_edited)
     else:
         if resumed is None or _given(ctx, "concurrency") or "concurrency" not in fields:
             fields["concurrency"] = concurrency  # a resume keeps the recorded one unless given
@@ -497,6 +506,7 @@ def bench(
                             model_concurrency=model_concurrency,
                             store=target,
                             continues=continues,
+                            trust_edited=trust_edited,
                         )
                     )
                 else:
@@ -512,6 +522,7 @@ def bench(
                             timeout_s=timeout,
                             store=target,
                             continues=continues,
+                            trust_edited=trust_edited,
                         ),
                     )
             except KeyboardInterrupt:
@@ -583,6 +594,7 @@ def _replay(
     fields: dict[str, Any],
     given: dict[str, bool],
     out: Path | None,
+    trust_edited: bool = False,
 ) -> tuple[dict[str, Any], Path | None, ReplayModel | None]:
     """``--replay DIR|RUN_ID``: the recorded settings (the options given win) and the model of its replies.
 
@@ -604,7 +616,7 @@ def _replay(
     results = found.out / RESULTS_FILE
     if not results.is_file():
         raise UsageError(f"--replay {replay}: no {RESULTS_FILE} in {found.out}, so no replies to replay")
-    return merged, out, ReplayModel.from_bench(load_records(results))
+    return merged, out, ReplayModel.from_bench(load_records(results, trust_edited=trust_edited))
 
 
 def register(app: typer.Typer) -> None:

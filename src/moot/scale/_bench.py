@@ -133,6 +133,7 @@ async def run_bench_ray(
     model_concurrency: int | None = None,
     store: Any = None,
     continues: str | None = None,
+    trust_edited: bool = False,
 ) -> BenchRun:
     """:func:`moot.bench.runner.run_bench` with the units on Ray workers (same arguments, plus these).
 
@@ -155,6 +156,8 @@ async def run_bench_ray(
         retry_pause: seconds before the first retry pass, as for ``run_bench``.
         store: record the benchmark, as ``run_bench`` does (this process records every unit).
         continues: the stored run this one continues, as for ``run_bench``.
+        trust_edited: with ``resume``, use result lines edited after they were recorded, as for
+            ``run_bench``.
 
     Returns:
         The run; ``workers`` holds the per-worker counts.
@@ -187,6 +190,7 @@ async def run_bench_ray(
                 retry_pause=retry_pause,
                 store=store,
                 continues=continues,
+                trust_edited=trust_edited,
             )
             run.workers = pool.counts()
     return run
