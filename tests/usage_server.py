@@ -10,14 +10,13 @@ Replies satisfy the requested schema with each string ``words`` words long.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+from fault_server import Fate, FaultServer
 from moot.models.testing import schema_instance
 
 __all__ = ["Logged", "UsageServer", "prompt_tokens"]
@@ -49,66 +48,36 @@ class Logged:
     status: int = 200
 
 
-class UsageServer:
-    """Use as a context manager; point ``openai:MODEL?base_url=`` at :attr:`url`."""
+class UsageServer(FaultServer):
+    """Use as a context manager; point ``openai:MODEL?base_url=`` at :attr:`url`.
+
+    A :class:`~fault_server.FaultServer` (its HTTP serving) whose every answer is :meth:`_reply`'s.
+    """
 
     def __init__(self, *, model: str = "m", window: int | None = None, words: int = 40) -> None:
+        super().__init__(self._fate)
         self.model = model
         self.window = window
         self.words = words
         self.window_listed = True
         """Whether ``/v1/models`` lists the window (False: only a refused request tells it)."""
         self.log: list[Logged] = []
-        self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._server: asyncio.Server | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        """The base URL (``.../v1``)."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        self._log_lock = threading.Lock()
 
     def chat(self) -> list[Logged]:
         """The chat requests (not ``/v1/models``)."""
         return [r for r in self.log if r.path.endswith("/chat/completions")]
 
-    def __enter__(self) -> UsageServer:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("usage server did not start")
-        return self
+    def _fate(self, n: int, body: dict[str, Any], headers: dict[str, str]) -> Fate:
+        status, payload = self._reply(self.paths[n], body)
+        return Fate("status", status=status, payload=json.dumps(payload).encode())
 
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-
-        async def start() -> None:
-            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024)
-            self.port = self._server.sockets[0].getsockname()[1]
-
-        self._loop.run_until_complete(start())
-        self._ready.set()
-        self._loop.run_forever()
-        assert self._server is not None
-        self._server.close()
-        pending = asyncio.all_tasks(self._loop)
-        for task in pending:
-            task.cancel()
-        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        self._loop.close()
-
-    def _answer(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _reply(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if path.endswith("/models"):
             entry: dict[str, Any] = {"id": self.model, "object": "model"}
             if self.window is not None and self.window_listed:
                 entry["max_model_len"] = self.window
-            with self._lock:
+            with self._log_lock:
                 self.log.append(Logged(path))
             return 200, {"object": "list", "data": [entry]}
         tokens = prompt_tokens(body)
@@ -120,14 +89,14 @@ class UsageServer:
                 f"{tokens + int(asked or 0)} tokens ({tokens} in the messages, {asked} in the completion). "
                 "Please reduce the length of the messages or completion."
             )
-            with self._lock:
+            with self._log_lock:
                 self.log.append(Logged(path, tokens, asked, phase, 400))
             return 400, {"object": "error", "message": message, "type": "BadRequestError", "code": 400}
         fmt = body.get("response_format") or {}
         schema = (fmt.get("json_schema") or {}).get("schema") or fmt.get("schema")
         text = json.dumps(_fill(schema_instance(schema), self.words)) if schema else "The answer is 4."
         completion = math.ceil(len(text) / 4)
-        with self._lock:
+        with self._log_lock:
             self.log.append(Logged(path, tokens, asked, phase))
         return 200, {
             "id": "chatcmpl-usage",
@@ -143,34 +112,3 @@ class UsageServer:
                 "total_tokens": tokens + completion,
             },
         }
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {
-                    k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)
-                }
-                raw = await reader.readexactly(int(headers.get("content-length", "0")))
-                status, payload = self._answer(lines[0].split(" ")[1], json.loads(raw) if raw else {})
-                data = json.dumps(payload).encode()
-                reason = "OK" if status == 200 else "Bad Request"
-                writer.write(
-                    f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(data)}\r\n\r\n".encode()
-                    + data
-                )
-                await writer.drain()
-        except (
-            asyncio.IncompleteReadError,
-            ConnectionError,
-            asyncio.LimitOverrunError,
-            asyncio.CancelledError,
-        ):
-            pass
-        finally:
-            writer.transport.abort()

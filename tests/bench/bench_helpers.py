@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from moot.models import FunctionModel, ModelRequest
 
@@ -56,3 +58,16 @@ def bench_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def untimed(record: Any) -> str:
+    """A record as JSON without its clock readings (the unit's and each request's seconds) and its
+    seal (``sha256``, of the whole record, its times included): two runs of the same units compare equal."""
+    data = record.model_dump()
+    data.pop("wall_s")
+    data.pop("sha256")
+    for answers in data["rounds"]:
+        for answer in answers:
+            answer.pop("latency_s", None)
+            answer.pop("queue_s", None)
+    return json.dumps(data, sort_keys=True)

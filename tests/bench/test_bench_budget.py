@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from bench_helpers import oracle
+from bench_helpers import oracle, untimed
 
 from moot.bench.runner import BenchConfig, run_bench
 from moot.cli import main
@@ -29,17 +27,6 @@ def _priced() -> FunctionModel:
     return model
 
 
-def _untimed(record: Any) -> str:
-    data = record.model_dump()
-    data.pop("wall_s")
-    data.pop("sha256")  # of the whole record, its times included
-    for answers in data["rounds"]:
-        for answer in answers:
-            answer.pop("latency_s", None)
-            answer.pop("queue_s", None)
-    return json.dumps(data, sort_keys=True)
-
-
 def test_a_budget_leaves_the_rest_for_resume_which_completes_identically(tmp_path: Path) -> None:
     config = BenchConfig(task="arithmetic", methods=METHODS, n=12, concurrency=4)
     clean = asyncio.run(run_bench(config, model=_priced(), out=tmp_path / "clean"))
@@ -57,7 +44,7 @@ def test_a_budget_leaves_the_rest_for_resume_which_completes_identically(tmp_pat
     more = config.model_copy(update={"budget_usd": total})
     resumed = asyncio.run(run_bench(more, model=_priced(), out=out, resume=True))
     assert resumed.complete and resumed.budget_left == 0
-    assert sorted(_untimed(r) for r in resumed.records) == sorted(_untimed(r) for r in clean.records)
+    assert sorted(untimed(r) for r in resumed.records) == sorted(untimed(r) for r in clean.records)
 
 
 def test_a_budget_needs_the_models_price(tmp_path: Path) -> None:

@@ -3,10 +3,9 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from bench_helpers import oracle
+from bench_helpers import oracle, untimed
 
 from moot.bench.records import ItemRecord
 from moot.bench.runner import RESULTS_FILE, BenchConfig, RunObserver, load_records, run_bench
@@ -48,18 +47,6 @@ async def _interrupted(config: BenchConfig, out: Path, limit: int) -> None:
         await task
 
 
-def _untimed(record: Any) -> str:
-    """A record as JSON without its clock readings (the unit's and each request's seconds)."""
-    data = record.model_dump()
-    data.pop("wall_s")
-    data.pop("sha256")  # of the whole record, its times included
-    for answers in data["rounds"]:
-        for answer in answers:
-            answer.pop("latency_s", None)
-            answer.pop("queue_s", None)
-    return json.dumps(data, sort_keys=True)
-
-
 def test_resume_after_interruption_loses_and_repeats_nothing(tmp_path: Path) -> None:
     out = tmp_path / "run"
     config = BenchConfig(task="arithmetic", methods=METHODS, n=12, concurrency=4)
@@ -84,7 +71,7 @@ def test_resume_after_interruption_loses_and_repeats_nothing(tmp_path: Path) -> 
 
     # The same results as an uninterrupted run (the oracle is deterministic).
     clean = asyncio.run(run_bench(config, model=oracle(right), out=tmp_path / "clean"))
-    assert sorted(_untimed(r) for r in run.records) == sorted(_untimed(r) for r in clean.records)
+    assert sorted(untimed(r) for r in run.records) == sorted(untimed(r) for r in clean.records)
 
 
 def test_existing_results_need_resume_and_the_same_configuration(tmp_path: Path) -> None:
