@@ -12,12 +12,13 @@ a client that sent a progress token gets one progress notification per finished 
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from .._version import __version__
 from ..errors import MootError, error_text
@@ -26,6 +27,8 @@ from .service import DebateService, turn_text
 
 __all__ = ["build_mcp"]
 
+Result = TypeVar("Result", bound=BaseModel)
+
 _SHORT = 600
 """Characters of the answer in a tool's text (the whole result is the structured content)."""
 
@@ -33,6 +36,19 @@ _SHORT = 600
 def _short(text: str | None) -> str:
     text = (text or "").strip()
     return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
+
+
+async def _recorded(
+    service: DebateService, tool: str, work: Callable[[], Awaitable[Result]], summary: Callable[[Result], str]
+) -> CallToolResult:
+    """Run ``work`` as a recorded run of ``service``; its result as structured content and a text."""
+    try:
+        result, run_id = await service.run_other(work, {"tool": tool})
+    except MootError as exc:
+        raise ToolError(error_text(exc)) from None
+    data = result.model_dump(mode="json") | {"run_id": run_id}
+    text = f"{summary(result)}\n\nmoot run {run_id}"
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
 def build_mcp(service: DebateService) -> MCPServer[Any]:
@@ -125,17 +141,13 @@ def build_mcp(service: DebateService) -> MCPServer[Any]:
         async def work() -> ArbitrationResult:
             return await run_arbitration(parsed, model=service.settings.model, store=store)
 
-        try:
-            result, run_id = await service.run_other(work, {"tool": "arbitrate"})
-        except MootError as exc:
-            raise ToolError(error_text(exc)) from None
-        data = result.model_dump(mode="json") | {"run_id": run_id}
-        text = (
-            f"{result.contradictions_found} contradiction(s), {result.resolved} resolved, "
-            f"{result.flagged_for_review} flagged for review. {_short(result.consensus_narrative)}\n\n"
-            f"moot run {run_id}"
-        )
-        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+        def summary(result: ArbitrationResult) -> str:
+            return (
+                f"{result.contradictions_found} contradiction(s), {result.resolved} resolved, "
+                f"{result.flagged_for_review} flagged for review. {_short(result.consensus_narrative)}"
+            )
+
+        return await _recorded(service, "arbitrate", work, summary)
 
     @server.tool(
         description="Aspect-based sentiment of one sentence: its overall label and each aspect's polarity."
@@ -151,15 +163,10 @@ def build_mcp(service: DebateService) -> MCPServer[Any]:
         async def work() -> FinalResult:
             return await run_absa(sentence, model=service.settings.model, store=store)
 
-        try:
-            result, run_id = await service.run_other(work, {"tool": "absa"})
-        except MootError as exc:
-            raise ToolError(error_text(exc)) from None
-        data = result.model_dump(mode="json") | {"run_id": run_id}
-        aspects = (
-            ", ".join(f"{a.get('aspect', '?')}: {a.get('polarity', '?')}" for a in result.aspects) or "none"
-        )
-        text = f"{result.label} ({result.confidence:.2f}); aspects: {aspects}\n\nmoot run {run_id}"
-        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+        def summary(result: FinalResult) -> str:
+            aspects = ", ".join(f"{a.get('aspect', '?')}: {a.get('polarity', '?')}" for a in result.aspects)
+            return f"{result.label} ({result.confidence:.2f}); aspects: {aspects or 'none'}"
+
+        return await _recorded(service, "absa", work, summary)
 
     return server
