@@ -82,7 +82,8 @@ def _run(argv: list[str], timeout_s: float) -> dict[str, Any]:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
         code: int | str = proc.returncode
         lines = [x.strip() for x in proc.stderr.splitlines() if x.strip() and "units (" not in x]
-        said = [x for x in lines if x.startswith("moot: error") or "stopped" in x or "answered none" in x][-1:]
+        told = ("moot: error", "stopped", "answered none")
+        said = [x for x in lines if any(t in x for t in told)][-1:]
         said = said or lines[-1:]
     except subprocess.TimeoutExpired:
         code, said = "timeout", []
