@@ -51,7 +51,7 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   nothing served between: a rate limit refuses every request beyond it. A server refusing a
   request now and then is not paced (the refused request waits its own ``Retry-After``).
 * **The rate.** Nothing says what the server allows at first: a *ramp* starts at half the rate
-  served over the last second (at least :data:`RAMP_START`) and doubles every 0.1 s of sending
+  served over the last second (at least :data:`RAMP_START`) and doubles every 0.2 s of sending
   (no more than once while nothing is sent: RFC 7661's application-limited rule). Its first
   refusal sets ``W`` to :data:`RAMP_EXIT` of the rate it was sent at (the rate it actually left
   at, from the spacing of the latest sends: a whole second's count lags a doubling ramp and set
@@ -59,8 +59,8 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   requests/s: ``0.9 * W`` right after a refusal (up to ``0.97 * W`` when it is the only refusal
   among many served since the last cut: a limiter with no burst refusing a request that arrived
   a little early), back at ``W`` after 1.5 s, flat near it, then probing above. After two
-  seconds of pacing a refusal sets ``W`` at most 1.05 times the rate the server served over the
-  last second: sending far above a bucket's rate only adds refusals. A send that leaves a few
+  seconds of pacing a refusal sets ``W`` at most at the rate the server served over the last
+  second: sending far above a bucket's rate only adds refusals. A send that leaves a few
   milliseconds after its slot keeps it (timer lateness otherwise accumulates: 1-2 ms per 20 ms
   interval ran 7% below the rate). A refusal while climbing back is not counted unless refusals
   are heavy again (a server refusing some requests whatever the rate would otherwise ratchet the
@@ -141,11 +141,11 @@ INITIAL_HOLD_S = 0.1
 RAMP_EXIT = 0.9
 """W as a fraction of the rate the ramp was refused at (the cubic then starts at ``beta * W``)."""
 RAMP_START = 5.0
-"""Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.1 s)."""
+"""Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.2 s)."""
 _RAMP_MAX = 10_000.0  # requests/s: a ramp that got this far without a refusal found no limit
 _RATE_SENDS = 2  # sends whose spacing measures the rate a request actually left at
 _SERVED_SPAN_S = 2.0  # seconds of pacing after which the served rate measures the limit
-_ABOVE_SERVED = 1.05  # W after a refusal, at most this times the rate served over the last second
+_ABOVE_SERVED = 1.0  # W after a refusal, at most this times the rate served over the last second
 _LATE_S = 0.005  # seconds a paced send may leave after its slot and keep it
 _SHALLOW_CUT = 0.97  # the shallowest cut, after one refusal among many served
 _SHARE_OF = 32  # answers whose share of refusals says whether a rate limit is passed
@@ -447,7 +447,7 @@ class RatePacer:
         beta: float = 0.9,
         k_s: float = 1.5,
         release: float = 4.0,
-        ramp_s: float = 0.1,
+        ramp_s: float = 0.2,
         margin: float = 0.95,
     ) -> None:
         self.beta = beta
