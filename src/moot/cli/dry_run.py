@@ -9,7 +9,6 @@ whose replies will stand there instead.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,10 +91,8 @@ def first_round_calls(debate: Debate, topic: str, context: Any, models: dict[str
     return calls
 
 
-def format_calls(calls: list[PlannedCall], *, as_json: bool) -> str:
-    """The calls as text for a terminal, or as one JSON array (``moot run --dry-run --json`` wraps them)."""
-    if as_json:
-        return json.dumps([c.as_json() for c in calls], ensure_ascii=False, indent=2)
+def format_calls(calls: list[PlannedCall]) -> str:
+    """The calls as text for a terminal (``--json`` prints each :meth:`PlannedCall.as_json`)."""
     blocks = []
     for call in calls:
         after = f", after {', '.join(call.waits_for)}" if call.waits_for else ""

@@ -343,7 +343,7 @@ def _dry_run(debate: Debate, topic: str, context: Any, players: dict[str, str], 
         }
         typer.echo(safe_json(json.dumps(whole, ensure_ascii=False, indent=2)))
         return
-    typer.echo(clean(format_calls(planned, as_json=False)))
+    typer.echo(clean(format_calls(planned)))
     said = estimate.lines() if estimate is not None else [f"no estimate: {error}"]
     typer.echo("\n" + clean("\n".join(said)))
 

@@ -463,7 +463,6 @@ class RatePacer:
         """True between the first burst of refusals and the first refusal while paced."""
         self.since = 0.0
         """When the current ramp or cubic began (and the earliest time anything is sent)."""
-        self.start_rate = 1.0
         self.ramp_rate = 1.0
         self.ramp_last = 0.0
         """When the ramp last sent a request, at ``ramp_rate``: it grows one doubling past that at most."""
@@ -617,9 +616,8 @@ class RatePacer:
         self.cut_at = now
         if sent_rate is None or (self.w_max is None and not self.ramping):
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
-            self.ramping, self.start_rate = True, max(RAMP_START, 0.5 * served_rate)
-            self.paced_since = now
-            self.ramp_rate, self.ramp_last = self.start_rate, now + pause_s
+            self.ramping, self.paced_since = True, now
+            self.ramp_rate, self.ramp_last = max(RAMP_START, 0.5 * served_rate), now + pause_s
         else:
             # A ramp doubles its rate, so it may have gone past the limit by up to twice (more where
             # a deep bucket hid the limit for a while): leaving it, W is a fraction of the refused rate.
