@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from rate_limits import client_env  # this folder is on sys.path when a script of it runs
+
 COMMANDS = ("bench", "absa", "absa-batch", "run")
 
 
@@ -75,11 +77,9 @@ def _argv(command: str, url: str, tmp: Path, n: int) -> list[str]:
 
 
 def _run(argv: list[str], timeout_s: float) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.setdefault("OPENAI_API_KEY", "sk-bench")
     started = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=client_env())
         code: int | str = proc.returncode
         lines = [x.strip() for x in proc.stderr.splitlines() if x.strip() and "units (" not in x]
         told = ("moot: error", "stopped", "answered none")

@@ -172,6 +172,13 @@ class Server:
         self.thread.join(10)
 
 
+def client_env() -> dict[str, str]:
+    """The environment of a client process: untraced (no ``OTEL_*``), a placeholder API key if none."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.setdefault("OPENAI_API_KEY", "sk-bench")
+    return env
+
+
 def run_moot(url: str, n: int, concurrency: int, timeout_s: float) -> dict[str, Any]:
     moot = Path(sys.executable).with_name("moot")
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,8 +187,7 @@ def run_moot(url: str, n: int, concurrency: int, timeout_s: float) -> dict[str, 
             "--concurrency", str(concurrency), "--no-plots", "--model", f"openai:m?base_url={url}",
             "--out", tmp, "--store", f"{tmp}/runs.db",
         ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        env.setdefault("OPENAI_API_KEY", "sk-bench")
+        env = client_env()
         started = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
@@ -232,7 +238,7 @@ def run_sdk(url: str, n: int, concurrency: int, timeout_s: float) -> dict[str, A
     """The peer as a user runs it: ``python script.py`` in a process of its own, start-up included
     (``import openai`` takes about as long as moot's own start-up: both are counted)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--peer", url, str(n), str(concurrency)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = client_env()  # the peer's own key is in the script; the variable is not read
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
