@@ -55,7 +55,7 @@ from .deadline import Deadline, timeout_scope
 from .engine import Debate, DebateRun, EventCallback
 from .errors import UsageError
 from .human_review import HumanDecision, ReviewMode, ask_human, check_mode, require_checkpointer, run_once
-from .judging import audit_summary, label, unblind
+from .judging import audit_summary, given_options, label, unblind
 from .models import ModelLike, default_model_spec, resolve_model
 from .models.base import Usage
 from .models.cache import cache_scope
@@ -365,13 +365,7 @@ async def arbitrate(
         "source_authority": list(source_authority),
         "timeout_s": timeout_s,
     }
-    options = {
-        "blind": judge_blind,
-        "shuffle": judge_shuffle,
-        "audit": judge_audit,
-        "swap_robust": judge_swap_robust,
-    }
-    given = {k: v for k, v in options.items() if v is not None}
+    given = given_options(judge_blind, judge_shuffle, judge_audit, judge_swap_robust)
     if given:
         config["judging"] = dict(given)
     start = RunStart(

@@ -19,7 +19,7 @@ import moot.aio as aio
 from .deadline import Deadline, run_timeout_s
 from .debate_run import DebateRun, EventCallback
 from .errors import ConfigError, UsageError
-from .judging import DecisionKey
+from .judging import DecisionKey, given_options
 from .models import Model, ModelLike, default_model_spec, model_info, resolve_model
 from .models.base import endpoint_stats
 from .models.cache import ResponseCache, open_cache, with_cache
@@ -165,13 +165,7 @@ class Debate:
         if budget_usd is not None:
             overrides = with_budget_usd(overrides, budget_usd)
         self.protocol = load_protocol(protocol, overrides)
-        options = {
-            "blind": judge_blind,
-            "shuffle": judge_shuffle,
-            "audit": judge_audit,
-            "swap_robust": judge_swap_robust,
-        }
-        given = {k: v for k, v in options.items() if v is not None}
+        given = given_options(judge_blind, judge_shuffle, judge_audit, judge_swap_robust)
         if given:
             judging = self.protocol.judging.model_copy(update=given)
             self.protocol = self.protocol.model_copy(update={"judging": judging})

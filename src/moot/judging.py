@@ -48,6 +48,7 @@ __all__ = [
     "candidate_of",
     "candidates",
     "decision_of",
+    "given_options",
     "label",
     "resolve_candidate",
     "shown_order",
@@ -305,3 +306,14 @@ def audit_line(a: dict[str, Any]) -> str:
         f"{share(a['first_slot_share'])}, identity flip rate {share(a['identity_flip_rate'])}, "
         f"extra calls {a['extra_calls']}"
     )
+
+
+def given_options(
+    blind: bool | None, shuffle: bool | None, audit: bool | None, swap_robust: bool | None
+) -> dict[str, bool]:
+    """The ``judge_*=`` arguments a caller gave, as ``{"blind": True, ...}``.
+
+    None is not given (the protocol's own ``judging`` stands); an explicit False turns it off.
+    """
+    options = {"blind": blind, "shuffle": shuffle, "audit": audit, "swap_robust": swap_robust}
+    return {k: v for k, v in options.items() if v is not None}
