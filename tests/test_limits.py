@@ -25,7 +25,9 @@ from moot.models.base import Message, ModelRequest
 from moot.models.limits import (
     DEFAULT_CAP,
     RAMP_EXIT,
+    RAMP_START,
     AdaptiveLimit,
+    Announced,
     Endpoint,
     Gate,
     Outcome,
@@ -120,9 +122,9 @@ class TestArithmetic:
             ep.finish(t, Outcome.THROTTLE, 1.0)
         assert ep.limit.allowed == 40 and not ep.limit.slow_start
         assert ep.throttled == 10 and ep.paused_until < clock.now  # no pause: the schedule only
-        assert ep.pacer.ramping and ep.pacer.rate(clock.now) == pytest.approx(5.0)
-        assert ep.wait_left() == pytest.approx(0.2)  # one interval of the new rate: the bucket is empty
-        clock.now += 0.2
+        assert ep.pacer.ramping and ep.pacer.rate(clock.now) == pytest.approx(RAMP_START)
+        assert ep.wait_left() == pytest.approx(1 / RAMP_START)  # one interval: the bucket is empty
+        clock.now += 1 / RAMP_START
         assert ep.room()
         t = ep.take()
         assert t.rate is not None
@@ -238,20 +240,20 @@ class TestArithmetic:
     def test_pacer_ramps_then_follows_the_cubic(self) -> None:
         pacer = RatePacer()
         assert not pacer.active and pacer.wait(0.0) == 0.0 and pacer.rate(0.0) is None
-        pacer.refused(10.0, sent_at=9.9, sent_rate=None)  # a first burst: ramp from 5/s
-        assert pacer.ramping and pacer.rate(10.0) == pytest.approx(5.0)
-        assert pacer.wait(10.0) == pytest.approx(0.2)
-        assert pacer.rate(11.0) == pytest.approx(10.0)  # nothing sent: one doubling at most (RFC 7661)
+        pacer.refused(10.0, sent_at=9.9, sent_rate=None)  # a first burst: ramp from 20/s
+        assert pacer.ramping and pacer.rate(10.0) == pytest.approx(20.0)
+        assert pacer.wait(10.0) == pytest.approx(0.05)
+        assert pacer.rate(11.0) == pytest.approx(40.0)  # nothing sent: one doubling at most (RFC 7661)
         now = 10.0
-        while now < 10.8:  # sending on the schedule (from 10.2 s, at 10/s): doubling every 0.2 s
+        while now < 10.6:  # sending on the schedule (from 10.05 s): doubling every 0.2 s
             now = max(now, pacer.next_at)
             pacer.take(now)
-        assert pacer.rate(now) == pytest.approx(10.0 * 2 ** ((now - 10.2) / 0.2), rel=0.05)
+        assert pacer.rate(now) == pytest.approx(20.0 * 2 ** ((now - 10.0) / 0.2), rel=0.05)
         pacer.refused(10.6, sent_at=10.5, sent_rate=40.0)  # the ramp refused at 40/s: W = 0.9 x 40 = 36
         assert not pacer.ramping and pacer.w_max == 36.0
-        assert pacer.rate(10.6) == pytest.approx(0.9 * 36)
+        assert pacer.rate(10.6) == pytest.approx(0.95 * 36)  # W is 0.9 of the refused rate already
         assert pacer.rate(10.6 + 1.5) == pytest.approx(36.0)  # back at W after K
-        assert pacer.rate(10.6 + 2.0) == pytest.approx(36 * (1 + 0.1 * (0.5 / 1.5) ** 3))
+        assert pacer.rate(10.6 + 2.0) == pytest.approx(36 * (1 + 0.05 * (0.5 / 1.5) ** 3))
         pacer.refused(10.7, sent_at=10.59, sent_rate=30.0)  # sent before the cut: counted already
         assert pacer.w_max == 36.0
         sent, now = 0, 11.0
@@ -260,8 +262,8 @@ class TestArithmetic:
                 pacer.take(now)
                 sent += 1
             now += 0.001
-        assert 32 <= sent <= 37, sent  # 0.9 W climbing back to W = 36
-        assert pacer.rate(10.6 + 1.5 + 4.8) is None  # past 4 x W with no refusal: no more pacing
+        assert 33 <= sent <= 37, sent  # 0.95 W climbing back to W = 36
+        assert pacer.rate(10.6 + 1.5 + 6.0) is None  # past 4 x W with no refusal: no more pacing
 
     def test_late_sends_keep_their_slots(self) -> None:
         """Each send 1.5 ms after its slot (timer and event-loop lateness): the schedule keeps the
@@ -276,6 +278,21 @@ class TestArithmetic:
             sent += 1
         rate = pacer.rate(now)
         assert rate is not None and sent >= 0.98 * 2.0 * RAMP_EXIT * 55.0, sent
+
+    def test_a_late_send_does_not_shorten_the_next_gap(self) -> None:
+        """Sends leave 1.5 ms after their slots, one of them 4 ms: the gap after it is the whole
+        interval (counted from the slots, it was 2.5 ms short, which a limiter with no burst
+        refuses), and the rate is kept."""
+        pacer = RatePacer()
+        pacer.announce(Announced(requests_per_s=50.0 / 0.95), pending=0)  # paced at 50/s: 20 ms
+        sends = [10.0]
+        pacer.take(10.0)
+        for i in range(40):
+            sends.append(pacer.next_at + (0.004 if i == 30 else 0.0015))
+            pacer.take(sends[-1])
+        gaps = [b - a for a, b in zip(sends, sends[1:], strict=False)]
+        assert gaps[30] == pytest.approx(0.0225) and gaps[31] == pytest.approx(0.020)
+        assert statistics.mean(gaps[1:30]) == pytest.approx(0.020)
 
     def test_refusal_after_pacing_aims_near_the_served_rate(self) -> None:
         """Paced for two seconds, a refusal at 80 requests/s while the server served 50 over the
@@ -403,6 +420,35 @@ class TestGate:
         ep._unanswered = 1
         errors = asyncio.run(go())
         assert all(isinstance(e, EndpointDown) for e in errors)
+
+    def test_paced_sends_leave_on_the_timer_only(self) -> None:
+        """An answer that comes back just after a paced slot wakes nobody: the timer sends the
+        next request (one woken by the answer left 1-2 ms before the timer's sends, a gap too
+        short for a limiter with no burst)."""
+        ep = Endpoint("http://x/v1")
+        gate = Gate([ep])
+        ep.pacer.announce(Announced(requests_per_s=10.0 / 0.95), pending=0)  # one every 100 ms
+
+        async def go() -> list[float]:
+            first = await gate.acquire()
+            sent: list[float] = []
+
+            async def one() -> None:
+                ticket = await gate.acquire()
+                sent.append(time.monotonic())
+                gate.release(ticket, Outcome.ANSWER)
+
+            waiting = [asyncio.ensure_future(one()) for _ in range(3)]
+            await asyncio.sleep(0.1)  # the slot has passed; the timer is due within milliseconds
+            gate.release(first, Outcome.ANSWER)
+            woken_by_answer = len(sent)
+            await asyncio.gather(*waiting)
+            assert woken_by_answer == 0
+            return sent
+
+        sent = asyncio.run(go())
+        gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+        assert len(sent) == 3 and min(gaps) >= 0.098, gaps
 
 
 def run_limiter(

@@ -54,15 +54,20 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   served over the last second (at least :data:`RAMP_START`) and doubles every 0.2 s of sending
   (no more than once while nothing is sent: RFC 7661's application-limited rule). Its first
   refusal sets ``W`` to :data:`RAMP_EXIT` of the rate it was sent at (the rate it actually left
-  at, from the spacing of the latest sends: a whole second's count lags a doubling ramp and set
-  ``W`` at 0.6 of the limit); after that the rate follows TCP CUBIC's curve (RFC 8312) in
+  at, from the gap since the send before it: a whole second's count lags a doubling ramp and set
+  ``W`` at 0.6 of the limit, and two gaps took in a stall of the event loop, set ``W`` at 18
+  requests/s against a limit of 50, and the cubic took 6 s to climb back), then ``0.95 * W``;
+  after that the rate follows TCP CUBIC's curve (RFC 8312) in
   requests/s: ``0.9 * W`` right after a refusal (up to ``0.97 * W`` when it is the only refusal
   among many served since the last cut: a limiter with no burst refusing a request that arrived
   a little early), back at ``W`` after 1.5 s, flat near it, then probing above. After two
   seconds of pacing a refusal sets ``W`` at most at the rate the server served over the last
-  second: sending far above a bucket's rate only adds refusals. A send that leaves a few
-  milliseconds after its slot keeps it (timer lateness otherwise accumulates: 1-2 ms per 20 ms
-  interval ran 7% below the rate). A refusal while climbing back is not counted unless refusals
+  second: sending far above a bucket's rate only adds refusals. A paced send leaves on the
+  timer (1-3 ms after its slot: asyncio's timers wake on whole milliseconds), and the next slot
+  counts from it, less the median lateness of the latest 16 (counted from the send alone, 7%
+  below the rate at 20 ms; counted from the slot, a late send then one on time left a gap up to
+  2 ms short, which a limiter with no burst refuses). A refusal while climbing back is not
+  counted unless refusals
   are heavy again (a server refusing some requests whatever the rate would otherwise ratchet the
   rate down); heavy refusals cut deeper each time in a row. Past four times ``W`` with no
   refusal, pacing by measurement ends.
@@ -139,14 +144,16 @@ initial window: a rate limiter's refusals and announced limits come back before 
 INITIAL_HOLD_S = 0.1
 """Seconds the initial window holds the rest at most (a refusal comes back within a network round trip)."""
 RAMP_EXIT = 0.9
-"""W as a fraction of the rate the ramp was refused at (the cubic then starts at ``beta * W``)."""
-RAMP_START = 5.0
+"""W as a fraction of the rate the ramp was refused at (the cubic then starts at ``0.95 * W``)."""
+_RAMP_EXIT_CUT = 0.95  # the cut leaving a ramp: W is already RAMP_EXIT of the refused rate
+RAMP_START = 20.0
 """Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.2 s)."""
 _RAMP_MAX = 10_000.0  # requests/s: a ramp that got this far without a refusal found no limit
-_RATE_SENDS = 2  # sends whose spacing measures the rate a request actually left at
+_RATE_SENDS = 1  # sends whose spacing measures the rate a request actually left at (the last gap)
 _SERVED_SPAN_S = 2.0  # seconds of pacing after which the served rate measures the limit
 _ABOVE_SERVED = 1.0  # W after a refusal, at most this times the rate served over the last second
-_LATE_S = 0.005  # seconds a paced send may leave after its slot and keep it
+_LATE_S = 0.005  # seconds after its slot a send counts as paced (its lateness measured)
+_LATE_SENDS = 16  # paced sends whose median lateness the schedule allows for
 _SHALLOW_CUT = 0.97  # the shallowest cut, after one refusal among many served
 _SHARE_OF = 32  # answers whose share of refusals says whether a rate limit is passed
 _HEAVY_SHARE = 0.25  # the share of refusals that does
@@ -484,6 +491,7 @@ class RatePacer:
         """Requests the server's announced bucket still holds for us: sent without waiting."""
         self.tokens_per_request = 0.0
         """The mean tokens a request asks for (prompt estimate plus max_tokens), once known."""
+        self._late: deque[float] = deque(maxlen=_LATE_SENDS)  # how long after its slot a send left
 
     def climbing(self, now: float) -> bool:
         """True while the rate climbs back to the one refused last (the cubic's first ``k_s`` seconds)."""
@@ -540,11 +548,15 @@ class RatePacer:
             return announced
         return measured if announced is None else min(measured, announced)
 
+    def scheduled(self, now: float) -> bool:
+        """True while requests leave on the schedule (pacing, and no announced room to send at once)."""
+        return self.allowance < 1.0 and self.rate(now) is not None
+
     def wait(self, now: float) -> float:
         """Seconds until one more request may be sent (0: now, or not pacing)."""
         if now < self.since:
             return self.since - now  # a long Retry-After: the schedule starts after it
-        if self.allowance >= 1.0 or self.rate(now) is None:
+        if not self.scheduled(now):
             return 0.0
         return max(0.0, self.next_at - now)
 
@@ -561,10 +573,16 @@ class RatePacer:
         if self.allowance >= 1.0:
             self.allowance -= 1.0  # the server's bucket has room: no need to wait for the schedule
             return
-        # A send a little after its slot (the timer's and the event loop's lateness, a millisecond
-        # or two) keeps the slot: counted from the late send, 1-2 ms lost per 20 ms interval ran
-        # 7% below the rate. Later than that, the schedule restarts from now (no burst to catch up).
-        self.next_at = max(self.next_at, now - min(_LATE_S, 0.5 / rate)) + 1.0 / rate
+        # A send leaves a little after its slot (asyncio's timers wake on whole milliseconds: 1-3
+        # ms late). The next slot counts from this send, less the median recent lateness: counted
+        # from the send alone, 1-2 ms lost per 20 ms interval ran 7% below the rate; counted from
+        # the slot, a late send then one on time left a gap up to 2 ms short, which a limiter
+        # with no burst refuses (it ran at 45 of 50 requests/s to keep its refusals few).
+        late = now - self.next_at
+        if 0.0 <= late < min(_LATE_S, 0.5 / rate):
+            self._late.append(late)
+        typical = sorted(self._late)[len(self._late) // 2] if self._late else 0.0
+        self.next_at = now - typical + 1.0 / rate
 
     def refused(
         self,
@@ -610,7 +628,10 @@ class RatePacer:
         # arrived a little early) says the rate is just above the limit: a shallow cut. Many
         # refusals since the last cut (a bucket well passed) cut by beta.
         answered, refusals = below[0] + above[0], below[1] + above[1]
-        shallow = min(_SHALLOW_CUT, 1.0 - refusals / answered) if answered and not self.ramping else self.beta
+        if self.ramping:
+            shallow = _RAMP_EXIT_CUT
+        else:
+            shallow = min(_SHALLOW_CUT, 1.0 - refusals / answered) if answered else self.beta
         self.cut_beta = max(self.beta, shallow)
         self._below, self._above = [0, 0], [0, 0]
         self.cut_at = now
@@ -810,7 +831,7 @@ class Endpoint:
         if rate is not None and len(sent) > _RATE_SENDS:
             # The rate it actually left at: fewer requests than the schedule allows may be ready
             # (callers waiting their Retry-After), and a refusal says something of that rate only.
-            # Measured over the latest sends (not a whole second, which lags a ramp's doubling).
+            # Measured over the latest gap (not a whole second, which lags a ramp's doubling).
             rate = min(rate, _RATE_SENDS / max(now - sent[-1 - _RATE_SENDS], 1e-6))
         below = self.pacer.climbing(now)
         self.pacer.take(now, tokens)
@@ -1102,6 +1123,10 @@ class Gate:
             self._wake(len(self._waiters))  # the initial window's first answer: the rest may go
         elif outcome is Outcome.THROTTLE:
             self._wake(len(self._waiters))  # they re-check and wait for the pause's timer
+        elif self._timer is not None and len(self.endpoints) == 1 and ep.pacer.scheduled(ep.clock()):
+            # The next paced send is the timer's: one woken here, just after its slot, would leave
+            # 1-2 ms before a send the timer wakes, a gap too short for a limiter with no burst.
+            return
         else:
             self._wake(max(1, ep.limit.allowed - ep.in_flight))
 
