@@ -294,6 +294,21 @@ class TestArithmetic:
         assert gaps[30] == pytest.approx(0.0225) and gaps[31] == pytest.approx(0.020)
         assert statistics.mean(gaps[1:30]) == pytest.approx(0.020)
 
+    def test_a_refusal_while_climbing_back_ends_the_climb_at_its_rate(self) -> None:
+        """W a little above a limiter's (the ramp left at 54.7/s, W = 49.2, the limit 48 with the
+        timer's jitter): the first refusal while climbing back sets W at its rate, with no new
+        cut; it was refused every few sends of each climb, then cut deep (1.43x the floor)."""
+        pacer = RatePacer()
+        pacer.refused(10.0, sent_at=9.9, sent_rate=None)
+        pacer.refused(10.3, sent_at=10.29, sent_rate=54.7)
+        assert pacer.w_max == pytest.approx(0.9 * 54.7)
+        cut_at = pacer.cut_at
+        pacer.refused(10.9, sent_at=10.89, sent_rate=48.3, heavy=False)
+        assert pacer.w_max == pytest.approx(48.3) and pacer.cut_at == cut_at
+        pacer.refused(11.0, sent_at=10.99, sent_rate=47.9, heavy=False)  # once a climb
+        assert pacer.w_max == pytest.approx(48.3) and pacer.cut_at == cut_at
+        assert pacer.rate(10.3 + 1.5) == pytest.approx(48.3)  # the climb ends there
+
     def test_refusal_after_pacing_aims_near_the_served_rate(self) -> None:
         """Paced for two seconds, a refusal at 80 requests/s while the server served 50 over the
         last second sets W at 50: far above a bucket's rate only adds refusals."""
@@ -393,6 +408,31 @@ class TestArithmetic:
                 clock.now = wake
         assert not paced and ep.throttled > 40
         assert served / (clock.now - start) >= 40, served / (clock.now - start)
+
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_refusals_that_do_not_depend_on_the_rate_end_the_pacing(self, seed: int) -> None:
+        """A server refusing 10% of requests at random (32 in flight, 50 ms answers: ~600/s
+        possible): when a run of refusals starts the pacer, refusals as frequent below the refused
+        rate as at it end it, and the server is used at well over 100 requests/s."""
+        rnd = random.Random(seed)
+        clock = Clock()
+        ep = Endpoint("e", cap=32, clock=clock)
+        events: list[tuple[float, int, Ticket, bool]] = []
+        seq = served = 0
+        start = clock.now
+        while served < 3000:
+            while ep.room():
+                ok = rnd.random() >= 0.1
+                heapq.heappush(events, (clock.now + (0.05 if ok else 0.001), seq, ep.take(), ok))
+                seq += 1
+            wake = clock.now + ep.wait_left() if ep.wait_left() > 0 else float("inf")
+            if events and events[0][0] <= wake:
+                clock.now, _, t, ok = heapq.heappop(events)
+                ep.finish(t, Outcome.ANSWER if ok else Outcome.THROTTLE, None if ok else 0.02)
+                served += ok
+            else:
+                clock.now = wake
+        assert served / (clock.now - start) >= 150, served / (clock.now - start)
 
     def test_limit_range_is_recorded(self) -> None:
         limit = AdaptiveLimit()

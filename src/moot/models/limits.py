@@ -66,11 +66,12 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   timer (1-3 ms after its slot: asyncio's timers wake on whole milliseconds), and the next slot
   counts from it, less the median lateness of the latest 16 (counted from the send alone, 7%
   below the rate at 20 ms; counted from the slot, a late send then one on time left a gap up to
-  2 ms short, which a limiter with no burst refuses). A refusal while climbing back is not
-  counted unless refusals
-  are heavy again (a server refusing some requests whatever the rate would otherwise ratchet the
-  rate down); heavy refusals cut deeper each time in a row. Past four times ``W`` with no
-  refusal, pacing by measurement ends.
+  2 ms short, which a limiter with no burst refuses). A refusal while climbing back is no new
+  cut unless refusals are heavy again (a server refusing some requests whatever the rate would
+  otherwise ratchet the rate down), but the first one ends the climb at its rate (``W`` a little
+  above a limiter with no burst was refused every few sends of each climb, then cut deep); heavy
+  refusals cut deeper each time in a row. Past four times ``W`` with no refusal, pacing by
+  measurement ends.
 * **Retry-After.** It counts whole seconds: ``1`` says a slot frees within the second, which the
   schedule spaces requests for already; the refused request waits it, the others keep their
   places. A longer one is a pause the server asks for: nothing leaves before it ends, then the
@@ -492,6 +493,8 @@ class RatePacer:
         self.tokens_per_request = 0.0
         """The mean tokens a request asks for (prompt estimate plus max_tokens), once known."""
         self._late: deque[float] = deque(maxlen=_LATE_SENDS)  # how long after its slot a send left
+        self.ceiled = False
+        """A refusal while climbing back lowered ``w_max`` (once a climb)."""
 
     def climbing(self, now: float) -> bool:
         """True while the rate climbs back to the one refused last (the cubic's first ``k_s`` seconds)."""
@@ -608,8 +611,12 @@ class RatePacer:
         if sent_at < self.cut_at:
             return  # sent before the last cut: that cut already answers it
         if self.w_max is not None and not heavy and now - self.since < self.k_s:
-            # Still climbing back to the rate refused last: a lone refusal here says nothing new
-            # (a server refusing some requests whatever the rate would otherwise ratchet it to 0).
+            # Still climbing back to the rate refused last: a lone refusal here is no new cut (a
+            # server refusing some requests whatever the rate would otherwise ratchet it to 0),
+            # but the climb ends at its rate: W set a little above a limiter's (no burst, timer
+            # jitter) was refused every few sends of each climb back, then cut deep.
+            if sent_rate is not None and sent_rate < self.w_max and not self.ceiled:
+                self.w_max, self.ceiled = sent_rate, True
             return
         below, above = self._below, self._above
         if (
@@ -635,6 +642,7 @@ class RatePacer:
         self.cut_beta = max(self.beta, shallow)
         self._below, self._above = [0, 0], [0, 0]
         self.cut_at = now
+        self.ceiled = False
         if sent_rate is None or (self.w_max is None and not self.ramping):
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
             self.ramping, self.paced_since = True, now
