@@ -21,7 +21,7 @@ For each shape, in the same run: ``moot bench --task arithmetic --methods single
 --concurrency C --model openai:...`` as a user types it (a subprocess, at its defaults), then the
 peer: ``AsyncOpenAI(max_retries=20)``, C requests at a time, the SDK's own backoff honouring
 ``Retry-After``, as a user runs it: a script in a process of its own (``--peer``), so both walls
-include a start-up (moot's ~0.9 s, ``import openai``'s ~1 s). Each row gives the wall time, the
+include a start-up (moot's 0.5-0.9 s, ``import openai``'s ~1 s). Each row gives the wall time, the
 *active* time (the server's first request to its last answer: the pacing alone, no start-up),
 and the requests served and refused (the server's counts).
 """

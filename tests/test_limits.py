@@ -386,28 +386,10 @@ class TestArithmetic:
         """A server refusing one request in 60 whatever the rate (429, Retry-After: 0.02), 8 in
         flight at most, 50 ms answers: the refusals come one at a time, so nothing is paced
         (a pacer measuring the rate at each of them ratcheted it down to a few requests/s)."""
-        clock = Clock()
-        ep = Endpoint("e", cap=8, clock=clock)
-        events: list[tuple[float, int, Ticket, bool]] = []
-        seq = served = 0
-        paced = False
-        start = clock.now
-        while served < 3000:
-            while ep.room():
-                t = ep.take()
-                ok = seq % 60 != 59
-                heapq.heappush(events, (clock.now + (0.05 if ok else 0.001), seq, t, ok))
-                seq += 1
-            wake = clock.now + ep.wait_left() if ep.wait_left() > 0 else float("inf")
-            if events and events[0][0] <= wake:
-                clock.now, _, t, ok = heapq.heappop(events)
-                ep.finish(t, Outcome.ANSWER if ok else Outcome.THROTTLE, None if ok else 0.02)
-                served += ok
-                paced = paced or ep.pacer.active
-            else:
-                clock.now = wake
+        ep = Endpoint("e", cap=8, clock=Clock())
+        rate, paced = serve_refusing(ep, lambda seq: seq % 60 == 59)
         assert not paced and ep.throttled > 40
-        assert served / (clock.now - start) >= 40, served / (clock.now - start)
+        assert rate >= 40, rate
 
     @pytest.mark.parametrize("seed", [0, 1])
     def test_refusals_that_do_not_depend_on_the_rate_end_the_pacing(self, seed: int) -> None:
@@ -415,30 +397,41 @@ class TestArithmetic:
         possible): when a run of refusals starts the pacer, refusals as frequent below the refused
         rate as at it end it, and the server is used at well over 100 requests/s."""
         rnd = random.Random(seed)
-        clock = Clock()
-        ep = Endpoint("e", cap=32, clock=clock)
-        events: list[tuple[float, int, Ticket, bool]] = []
-        seq = served = 0
-        start = clock.now
-        while served < 3000:
-            while ep.room():
-                ok = rnd.random() >= 0.1
-                heapq.heappush(events, (clock.now + (0.05 if ok else 0.001), seq, ep.take(), ok))
-                seq += 1
-            wake = clock.now + ep.wait_left() if ep.wait_left() > 0 else float("inf")
-            if events and events[0][0] <= wake:
-                clock.now, _, t, ok = heapq.heappop(events)
-                ep.finish(t, Outcome.ANSWER if ok else Outcome.THROTTLE, None if ok else 0.02)
-                served += ok
-            else:
-                clock.now = wake
-        assert served / (clock.now - start) >= 150, served / (clock.now - start)
+        rate, _ = serve_refusing(Endpoint("e", cap=32, clock=Clock()), lambda _: rnd.random() < 0.1)
+        assert rate >= 150, rate
 
     def test_limit_range_is_recorded(self) -> None:
         limit = AdaptiveLimit()
         limit.sent(100)
         limit.dropped(0)
         assert (limit.low, limit.high) == (50, 100)
+
+
+def serve_refusing(
+    ep: Endpoint, refuse: Callable[[int], bool], served_goal: int = 3000
+) -> tuple[float, bool]:
+    """Requests answered in 50 ms, or refused at once (429, Retry-After: 0.02) when ``refuse(seq)``,
+    on ``ep``'s fake clock, until ``served_goal`` are served: the rate served and whether it paced."""
+    clock = ep.clock
+    assert isinstance(clock, Clock)
+    events: list[tuple[float, int, Ticket, bool]] = []
+    seq = served = 0
+    paced = False
+    start = clock.now
+    while served < served_goal:
+        while ep.room():
+            ok = not refuse(seq)
+            heapq.heappush(events, (clock.now + (0.05 if ok else 0.001), seq, ep.take(), ok))
+            seq += 1
+        wake = clock.now + ep.wait_left() if ep.wait_left() > 0 else float("inf")
+        if events and events[0][0] <= wake:
+            clock.now, _, t, ok = heapq.heappop(events)
+            ep.finish(t, Outcome.ANSWER if ok else Outcome.THROTTLE, None if ok else 0.02)
+            served += ok
+            paced = paced or ep.pacer.active
+        else:
+            clock.now = wake
+    return served / (clock.now - start), paced
 
 
 class TestGate:
