@@ -463,6 +463,7 @@ class TestGate:
         ep.pacer.announce(Announced(requests_per_s=10.0 / 0.95), pending=0)  # one every 100 ms
 
         async def go() -> list[float]:
+            gate.release(await gate.acquire(), Outcome.ANSWER)  # the first answer lets everyone go: past it
             first = await gate.acquire()
             sent: list[float] = []
 
@@ -472,9 +473,12 @@ class TestGate:
                 gate.release(ticket, Outcome.ANSWER)
 
             waiting = [asyncio.ensure_future(one()) for _ in range(3)]
-            await asyncio.sleep(0.1)  # the slot has passed; the timer is due within milliseconds
-            gate.release(first, Outcome.ANSWER)
-            woken_by_answer = len(sent)
+            await asyncio.sleep(0)  # they queue, and the timer is armed for the next slot
+            assert gate._timer is not None
+            ep.pacer.next_at = time.monotonic() - 0.0005  # the slot has just passed; the timer is still due
+            queued = list(gate._waiters)
+            gate.release(first, Outcome.ANSWER)  # an answer between the slot and the timer
+            woken_by_answer = sum(w.done() for w in queued)  # a wake sets them at once
             await asyncio.gather(*waiting)
             assert woken_by_answer == 0
             return sent
