@@ -100,6 +100,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import statistics
 import time
 import weakref
 from collections import deque
@@ -584,7 +585,7 @@ class RatePacer:
         late = now - self.next_at
         if 0.0 <= late < min(_LATE_S, 0.5 / rate):
             self._late.append(late)
-        typical = sorted(self._late)[len(self._late) // 2] if self._late else 0.0
+        typical = statistics.median_high(self._late) if self._late else 0.0
         self.next_at = now - typical + 1.0 / rate
 
     def refused(
@@ -741,7 +742,7 @@ class Endpoint:
         self._first_sent_at: float | None = None
         self._refusals: deque[bool] = deque(maxlen=_SHARE_OF)  # the latest answers: refused or not
         self._served_at: deque[float] = deque()  # when the answers of the last second came
-        self._sent_at: deque[float] = deque()  # when the requests of the last second left
+        self._sent_at: deque[float] = deque(maxlen=_RATE_SENDS + 1)  # when the latest requests left
         self._announce_seq = 0  # the newest request whose answer announced limits
         self._unanswered = 0  # requests failed without an answer since the last answer
         self._unanswered_since: float | None = None  # when the first of them was sent
@@ -834,13 +835,12 @@ class Endpoint:
         rate = self.pacer.rate(now) if self.pacer.active else None
         sent = self._sent_at
         sent.append(now)
-        while sent[0] < now - 1.0:
-            sent.popleft()
-        if rate is not None and len(sent) > _RATE_SENDS:
+        if rate is not None and len(sent) > _RATE_SENDS and sent[0] >= now - 1.0:
             # The rate it actually left at: fewer requests than the schedule allows may be ready
             # (callers waiting their Retry-After), and a refusal says something of that rate only.
-            # Measured over the latest gap (not a whole second, which lags a ramp's doubling).
-            rate = min(rate, _RATE_SENDS / max(now - sent[-1 - _RATE_SENDS], 1e-6))
+            # Measured over the latest gap (not a whole second, which lags a ramp's doubling); a
+            # gap longer than a second (an idle endpoint) says nothing of it.
+            rate = min(rate, _RATE_SENDS / max(now - sent[0], 1e-6))
         below = self.pacer.climbing(now)
         self.pacer.take(now, tokens)
         epoch = self.limit.sent(self.in_flight)
@@ -1134,6 +1134,7 @@ class Gate:
         elif self._timer is not None and len(self.endpoints) == 1 and ep.pacer.scheduled(ep.clock()):
             # The next paced send is the timer's: one woken here, just after its slot, would leave
             # 1-2 ms before a send the timer wakes, a gap too short for a limiter with no burst.
+            # (One endpoint only: replicas, each on a schedule of its own, were not measured so.)
             return
         else:
             self._wake(max(1, ep.limit.allowed - ep.in_flight))
