@@ -310,13 +310,53 @@ class TestArithmetic:
         assert pacer.rate(10.3 + 1.5) == pytest.approx(48.3)  # the climb ends there
 
     def test_refusal_after_pacing_aims_near_the_served_rate(self) -> None:
-        """Paced for two seconds, a refusal at 80 requests/s while the server served 50 over the
-        last second sets W at 50: far above a bucket's rate only adds refusals."""
+        """A refusal at 80 requests/s while the server served 50 over the last second, every answer
+        sent well above 50, sets W at 50: far above a bucket's rate only adds refusals. Answers sent
+        near the rate served (a limiter with no burst refusing a few early arrivals) do not say the
+        limit: W capped at what was served ratcheted down at each cut (48, 46, 45, ... of 50)."""
+        for saturated, expected in ((True, 50.0), (False, 48.0)):
+            pacer = RatePacer()
+            pacer.refused(10.0, sent_at=9.9, sent_rate=None)
+            pacer.refused(10.5, sent_at=10.49, sent_rate=60.0)
+            pacer.cuts_in_row = 0  # served since (Endpoint.finish)
+            rate = 80.0 if saturated else 48.0
+            pacer.refused(
+                13.0, sent_at=12.99, sent_rate=rate, served_rate=46.0 + 4 * saturated, saturated=saturated
+            )
+            assert pacer.w_max == pytest.approx(expected)
+
+    def test_a_saturated_server_caps_w_at_its_served_rate_before_two_seconds(self) -> None:
+        """Under two seconds into pacing, W follows the served rate only when every answer of the
+        last second left well above it (a 0.2 s bucket: W left at 60 against 50 refused as often
+        climbing back as above, and the pacer took that for refusals whatever the rate)."""
         pacer = RatePacer()
         pacer.refused(10.0, sent_at=9.9, sent_rate=None)
-        pacer.refused(10.5, sent_at=10.49, sent_rate=60.0)
-        pacer.refused(13.0, sent_at=12.99, sent_rate=80.0, served_rate=50.0)
-        assert pacer.w_max == pytest.approx(50.0)
+        pacer.refused(10.3, sent_at=10.29, sent_rate=80.0)  # W = 72 leaving the ramp
+        pacer.cuts_in_row = 0  # served since (Endpoint.finish)
+        pacer.refused(11.0, sent_at=10.99, sent_rate=70.0, served_rate=50.0)  # not known saturated
+        assert pacer.w_max == pytest.approx(70.0)
+        pacer.refused(11.2, sent_at=11.19, sent_rate=66.0, heavy=False, served_rate=50.0, saturated=True)
+        assert pacer.w_max == pytest.approx(50.0)  # the climb's ceiling too
+
+    def test_the_endpoint_knows_when_its_answers_saturated_the_server(self) -> None:
+        """Saturated: every answer of the last second left paced at 1.1 times the rate served or more."""
+        seen: list[bool] = []
+
+        class Spy(RatePacer):
+            def refused(self, *args: object, saturated: bool = False, **kw: object) -> None:  # type: ignore[override]
+                seen.append(saturated)
+
+        for rate, expected in ((60.0, True), (52.0, False)):
+            clock = Clock()
+            ep = Endpoint("e", clock=clock)
+            ep.pacer = Spy()
+            ep.pacer.w_max, ep.pacer.since = rate, clock.now  # paced at `rate`, its cubic from now
+            for _ in range(50):  # 50 answers within the last second, each sent at `rate`
+                ticket = ep.take()
+                clock.now += 0.019
+                ep.finish(Ticket(ep, ticket.sent_at, ticket.epoch, 1, rate=rate), Outcome.ANSWER)
+            ep.finish(ep.take(), Outcome.THROTTLE)
+            assert seen[-1] is expected
 
     def test_one_refusal_among_many_served_cuts_shallow(self) -> None:
         """A limiter with no burst refuses a request that arrived a little early: after 60 served
@@ -718,6 +758,33 @@ class TestServers:
         assert len(results) == 200
         assert a.served >= 10 and b.served > 100  # both served, then b took all the traffic
         assert a.served + b.served == 200
+
+
+def test_a_refused_request_on_a_paced_endpoint_takes_the_next_slot() -> None:
+    """Paced, a 429 with ``Retry-After: 1`` queues the refused request for the schedule's next slot
+    (the server sees the schedule's rate whichever request fills it); waiting the second out left
+    a run's end waiting on its last refusal. Unpaced, the request waits its Retry-After."""
+    calls: list[float] = []
+
+    def fn(request: ModelRequest) -> str:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise ModelHTTPError(429, "slow down", retry_after=1.0)
+        return "ok"
+
+    async def go(model: FunctionModel, paced: bool) -> str:
+        gate = model.gate()
+        assert gate is not None
+        if paced:
+            gate.endpoints[0].pacer.announce(Announced(requests_per_s=20.0), pending=0)
+        assert model.paced() is paced
+        return (await call_model(model, PLAIN)).text
+
+    for paced in (True, False):
+        calls.clear()
+        assert asyncio.run(go(FunctionModel(fn), paced)) == "ok"
+        gap = calls[1] - calls[0]
+        assert gap < 0.5 if paced else gap >= 0.99
 
 
 def test_function_model_gate_pauses_on_retry_after() -> None:

@@ -477,6 +477,11 @@ class Model(ABC):
         gate = getattr(self, "_gate", None)
         return gate.pause_left() if gate is not None else 0.0
 
+    def paced(self) -> bool:
+        """True while this model's endpoints send on a rate schedule (a rate limit measured or announced)."""
+        gate = getattr(self, "_gate", None)
+        return gate.paced() if gate is not None else False
+
     def endpoint_stats(self) -> list[dict[str, object]]:
         """Per endpoint: requests in flight, current limit and its range, 429s, time-outs, circuit.
 

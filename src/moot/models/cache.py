@@ -401,6 +401,10 @@ class CachedModel(Model):
         """The inner model's (its endpoints' Retry-After pause)."""
         return self.inner.pause_left()
 
+    def paced(self) -> bool:
+        """The inner model's (its endpoints' rate schedule)."""
+        return self.inner.paced()
+
     def endpoint_stats(self) -> list[dict[str, object]]:
         """The inner model's endpoints."""
         return self.inner.endpoint_stats()

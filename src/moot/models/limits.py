@@ -60,9 +60,11 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   after that the rate follows TCP CUBIC's curve (RFC 8312) in
   requests/s: ``0.9 * W`` right after a refusal (up to ``0.97 * W`` when it is the only refusal
   among many served since the last cut: a limiter with no burst refusing a request that arrived
-  a little early), back at ``W`` after 1.5 s, flat near it, then probing above. After two
-  seconds of pacing a refusal sets ``W`` at most at the rate the server served over the last
-  second: sending far above a bucket's rate only adds refusals. A paced send leaves on the
+  a little early), back at ``W`` after 1.5 s, flat near it, then probing above. When every
+  answer of the last second left at 1.1 times the rate the server served in it or faster, that
+  rate is its limit, and a refusal sets ``W`` at most there: sending far above a bucket's rate
+  only adds refusals (sent near the rate served, a limiter with no burst refusing a few early
+  arrivals, the rate served says less, and ``W`` capped at it ratcheted down). A paced send leaves on the
   timer (1-3 ms after its slot: asyncio's timers wake on whole milliseconds), and the next slot
   counts from it, less the median lateness of the latest 16 (counted from the send alone, 7%
   below the rate at 20 ms; counted from the slot, a late send then one on time left a gap up to
@@ -73,9 +75,11 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   refusals cut deeper each time in a row. Past four times ``W`` with no refusal, pacing by
   measurement ends.
 * **Retry-After.** It counts whole seconds: ``1`` says a slot frees within the second, which the
-  schedule spaces requests for already; the refused request waits it, the others keep their
-  places. A longer one is a pause the server asks for: nothing leaves before it ends, then the
-  schedule resumes, one request at a time.
+  schedule spaces requests for already. Paced, the refused request queues again at once for a
+  slot (the server sees the schedule's rate whichever request fills a slot; waiting the second
+  out left a run's end waiting on its last refusal); unpaced, it waits its ``Retry-After``. A
+  longer one is a pause the server asks for: nothing leaves before it ends, then the schedule
+  resumes, one request at a time.
 * **Announced limits** (:func:`announced_limits`). OpenAI's ``x-ratelimit-*`` and Anthropic's
   ``anthropic-ratelimit-*`` headers say the limits (per minute) and what is left: requests are
   paced at 0.95 of the announced request rate, and of the token rate divided by the tokens a
@@ -152,8 +156,8 @@ RAMP_START = 20.0
 """Requests/s the pacer starts from after a first burst of refusals (it doubles every 0.2 s)."""
 _RAMP_MAX = 10_000.0  # requests/s: a ramp that got this far without a refusal found no limit
 _RATE_SENDS = 1  # sends whose spacing measures the rate a request actually left at (the last gap)
-_SERVED_SPAN_S = 2.0  # seconds of pacing after which the served rate measures the limit
 _ABOVE_SERVED = 1.0  # W after a refusal, at most this times the rate served over the last second
+_SATURATED = 1.1  # answers all sent at this times the rate served or faster: the server's limit is passed
 _LATE_S = 0.005  # seconds after its slot a send counts as paced (its lateness measured)
 _LATE_SENDS = 16  # paced sends whose median lateness the schedule allows for
 _SHALLOW_CUT = 0.97  # the shallowest cut, after one refusal among many served
@@ -483,8 +487,6 @@ class RatePacer:
         """The share of requests the server refuses whatever the rate, once measured."""
         self._below = [0, 0]  # answers and refusals to requests sent while climbing back, since the cut
         self._above = [0, 0]  # the same at or above the refused rate
-        self.paced_since = 0.0
-        """When the current stretch of pacing began (its first ramp)."""
         self.cuts_in_row = 0
         """Cuts since a request sent after a cut was last served."""
         self.announced: Announced | None = None
@@ -597,6 +599,7 @@ class RatePacer:
         *,
         heavy: bool = True,
         served_rate: float = 0.0,
+        saturated: bool = False,
     ) -> None:
         """A 429/503's refusal of a request sent at ``sent_at`` while the rate was ``sent_rate``.
 
@@ -607,6 +610,8 @@ class RatePacer:
             pause_s: a Retry-After longer than its one-second resolution, which the schedule waits out.
             heavy: refusals are a large share of the latest answers (a rate limit well passed).
             served_rate: requests/s answered over the last second (where a ramp starts).
+            saturated: every request answered over the last second left paced well above
+                ``served_rate`` (:data:`_SATURATED` times it): ``served_rate`` is the server's limit.
         """
         self.allowance = 0.0
         if sent_at < self.cut_at:
@@ -617,7 +622,7 @@ class RatePacer:
             # but the climb ends at its rate: W set a little above a limiter's (no burst, timer
             # jitter) was refused every few sends of each climb back, then cut deep.
             if sent_rate is not None and sent_rate < self.w_max and not self.ceiled:
-                self.w_max, self.ceiled = sent_rate, True
+                self.w_max, self.ceiled = self._at_most_served(sent_rate, served_rate, saturated), True
             return
         below, above = self._below, self._above
         if (
@@ -646,7 +651,7 @@ class RatePacer:
         self.ceiled = False
         if sent_rate is None or (self.w_max is None and not self.ramping):
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
-            self.ramping, self.paced_since = True, now
+            self.ramping = True
             self.ramp_rate, self.ramp_last = max(RAMP_START, 0.5 * served_rate), now + pause_s
         else:
             # A ramp doubles its rate, so it may have gone past the limit by up to twice (more where
@@ -656,11 +661,8 @@ class RatePacer:
             deeper = self.beta ** (2 ** min(self.cuts_in_row, 2) - 1)
             self.cuts_in_row += 1
             w = sent_rate * deeper * (RAMP_EXIT if self.ramping else 1.0)
-            if not self.ramping and now - self.paced_since >= _SERVED_SPAN_S:
-                # Paced long enough that the last second's answers were all sent on the schedule:
-                # what the server served in it is its rate, and a little above it is enough to
-                # keep it busy (sending far above a bucket's rate only adds refusals).
-                w = min(w, _ABOVE_SERVED * served_rate) if served_rate > 0 else w
+            if not self.ramping:
+                w = self._at_most_served(w, served_rate, saturated)
             self.w_max = max(w, 0.1)
             self.ramping = False
         self.since = now + pause_s
@@ -668,6 +670,18 @@ class RatePacer:
         # of the new rate later (a burst that drained the bucket is not refused again at once).
         first = self.rate(self.since) or RAMP_START
         self.next_at = max(self.next_at, self.since + 1.0 / first)
+
+    @staticmethod
+    def _at_most_served(w: float, served_rate: float, saturated: bool) -> float:
+        """``w``, at most the rate the server served over the last second when that rate is its limit."""
+        # Every answer of the last second was sent well above the rate served: the server served
+        # what it would, and a little above it is enough to keep it busy (sending far above a
+        # bucket's rate only adds refusals; a W left at 1.2 times a 0.2 s bucket's rate was refused
+        # as often climbing back as above it, and the pacer took that for refusals whatever the
+        # rate, and stopped). Sent near the rate served, the answers say less: a limiter with no
+        # burst refuses a few early arrivals below its limit, and after two seconds of pacing W
+        # capped at what was served ratcheted down at each cut (48, 46, 45, ... of 50).
+        return min(w, _ABOVE_SERVED * served_rate) if served_rate > 0 and saturated else w
 
     def announce(self, announced: Announced, pending: int) -> None:
         """The server announced its limits; ``pending``: requests sent since the answer's request left."""
@@ -741,7 +755,7 @@ class Endpoint:
         self._throttle_run = 0  # 429/503s in a row, with no answer between them
         self._first_sent_at: float | None = None
         self._refusals: deque[bool] = deque(maxlen=_SHARE_OF)  # the latest answers: refused or not
-        self._served_at: deque[float] = deque()  # when the answers of the last second came
+        self._served_at: deque[tuple[float, float]] = deque()  # the last second's answers: when, sent rate
         self._sent_at: deque[float] = deque(maxlen=_RATE_SENDS + 1)  # when the latest requests left
         self._announce_seq = 0  # the newest request whose answer announced limits
         self._unanswered = 0  # requests failed without an answer since the last answer
@@ -780,6 +794,10 @@ class Endpoint:
         """
         now = self.clock()
         return max(0.0, self.paused_until - now, self.pacer.wait(now) if self.pacer.active else 0.0)
+
+    def paced(self) -> bool:
+        """True while requests leave on the pacer's schedule (a rate limit measured or announced)."""
+        return self.pacer.scheduled(self.clock())
 
     def room(self) -> bool:
         """Whether a request may be sent now (not paused, circuit closed or probe due, under the limit)."""
@@ -890,8 +908,8 @@ class Endpoint:
         if ticket.sent_at >= self.pacer.cut_at:
             self.pacer.answered(ticket.below, refused=False)
         served = self._served_at
-        served.append(now)
-        while served[0] < now - 1.0:
+        served.append((now, ticket.rate or 0.0))
+        while served[0][0] < now - 1.0:
             served.popleft()
         if ticket.sent_at >= self.pacer.cut_at:
             self.pacer.cuts_in_row = 0  # the rate after the last cut is served
@@ -924,10 +942,22 @@ class Endpoint:
         heavy = share >= _HEAVY_SHARE + pacer.random_share or self._throttle_run >= max(3, self.in_flight / 4)
         if heavy or pacer.active:
             served = self._served_at
-            while served and served[0] < now - 1.0:
+            while served and served[0][0] < now - 1.0:
                 served.popleft()
             cut_at = pacer.cut_at
-            pacer.refused(now, ticket.sent_at, ticket.rate, pause, heavy=heavy, served_rate=len(served))
+            # Saturated: every answer of the last second left well above the rate served (a tenth:
+            # refusals of a limiter with no burst, timer jitter, cost a few requests a second below
+            # its limit, and W capped at that served rate ratcheted down a little each cut).
+            saturated = bool(served) and min(rate for _, rate in served) >= _SATURATED * len(served)
+            pacer.refused(
+                now,
+                ticket.sent_at,
+                ticket.rate,
+                pause,
+                heavy=heavy,
+                served_rate=len(served),
+                saturated=saturated,
+            )
             if pacer.cut_at != cut_at:
                 self._refusals.clear()  # only the answers at the new rate tell about it
 
@@ -1143,6 +1173,11 @@ class Gate:
         """Seconds until some endpoint takes requests again (0: one does now or none is paused)."""
         lefts = [ep.pause_left() for ep in self.endpoints if not ep.is_open]
         return min(lefts) if lefts else 0.0
+
+    def paced(self) -> bool:
+        """True while every endpoint that may take a request sends on its pacer's schedule."""
+        usable = [ep for ep in self.endpoints if not ep.is_open]
+        return bool(usable) and all(ep.paced() for ep in usable)
 
     def snapshot(self) -> list[dict[str, object]]:
         """Each endpoint's counters (:meth:`Endpoint.snapshot`)."""

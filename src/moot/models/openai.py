@@ -289,6 +289,12 @@ class OpenAIModel(SDKModel):
             return super().pause_left()
         return self.pool.gate.pause_left()
 
+    def paced(self) -> bool:
+        """True while its endpoints send on a rate schedule (a rate limit measured or announced)."""
+        if self.http != "aiohttp":
+            return super().paced()
+        return self.pool.gate.paced()
+
     def _own_http_client(self) -> Any:
         """The SDK's aiohttp-backed client for ``http="sdk-aiohttp"``, else the SDK's default."""
         if self.http != "sdk-aiohttp":
