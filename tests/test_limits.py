@@ -310,20 +310,29 @@ class TestArithmetic:
         assert pacer.rate(10.3 + 1.5) == pytest.approx(48.3)  # the climb ends there
 
     def test_refusal_after_pacing_aims_near_the_served_rate(self) -> None:
-        """A refusal at 80 requests/s while the server served 50 over the last second, every answer
-        sent well above 50, sets W at 50: far above a bucket's rate only adds refusals. Answers sent
-        near the rate served (a limiter with no burst refusing a few early arrivals) do not say the
-        limit: W capped at what was served ratcheted down at each cut (48, 46, 45, ... of 50)."""
-        for saturated, expected in ((True, 50.0), (False, 48.0)):
+        """Paced for two seconds, a refusal at 80 requests/s while the server served 50 over the
+        last second sets W at 50: far above a bucket's rate only adds refusals."""
+        pacer = RatePacer()
+        pacer.refused(10.0, sent_at=9.9, sent_rate=None)
+        pacer.refused(10.5, sent_at=10.49, sent_rate=60.0)
+        pacer.refused(13.0, sent_at=12.99, sent_rate=80.0, served_rate=50.0)
+        assert pacer.w_max == pytest.approx(50.0)
+
+    def test_only_a_climb_from_a_deep_cut_says_refusals_do_not_depend_on_the_rate(self) -> None:
+        """Climbing back from a shallow cut (leaving the ramp: 0.95), the whole climb may lie above
+        the limit (W 21.6 against a 1 s bucket of 20): refused 6% of the time on the way, it is still
+        a rate limit. From a full cut (0.9), the same share below as above is refusals whatever the
+        rate, and pacing ends."""
+        for cut_beta, still_paced in ((0.95, True), (0.9, False)):
             pacer = RatePacer()
             pacer.refused(10.0, sent_at=9.9, sent_rate=None)
-            pacer.refused(10.5, sent_at=10.49, sent_rate=60.0)
-            pacer.cuts_in_row = 0  # served since (Endpoint.finish)
-            rate = 80.0 if saturated else 48.0
-            pacer.refused(
-                13.0, sent_at=12.99, sent_rate=rate, served_rate=46.0 + 4 * saturated, saturated=saturated
-            )
-            assert pacer.w_max == pytest.approx(expected)
+            pacer.refused(10.3, sent_at=10.29, sent_rate=24.0)  # W = 21.6 leaving the ramp
+            pacer.cut_beta = cut_beta
+            for i in range(50):
+                pacer.answered(below=True, refused=i % 16 == 0)
+            pacer.cuts_in_row = 0
+            pacer.refused(12.0, sent_at=11.99, sent_rate=21.6, heavy=False, served_rate=20.0)
+            assert pacer.active is still_paced
 
     def test_a_saturated_server_caps_w_at_its_served_rate_before_two_seconds(self) -> None:
         """Under two seconds into pacing, W follows the served rate only when every answer of the

@@ -60,11 +60,10 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   after that the rate follows TCP CUBIC's curve (RFC 8312) in
   requests/s: ``0.9 * W`` right after a refusal (up to ``0.97 * W`` when it is the only refusal
   among many served since the last cut: a limiter with no burst refusing a request that arrived
-  a little early), back at ``W`` after 1.5 s, flat near it, then probing above. When every
-  answer of the last second left at 1.1 times the rate the server served in it or faster, that
-  rate is its limit, and a refusal sets ``W`` at most there: sending far above a bucket's rate
-  only adds refusals (sent near the rate served, a limiter with no burst refusing a few early
-  arrivals, the rate served says less, and ``W`` capped at it ratcheted down). A paced send leaves on the
+  a little early), back at ``W`` after 1.5 s, flat near it, then probing above. After two
+  seconds of pacing, or sooner when every answer of the last second left at 1.1 times the rate
+  the server served in it or faster, a refusal sets ``W`` at most at that served rate: sending
+  far above a bucket's rate only adds refusals. A paced send leaves on the
   timer (1-3 ms after its slot: asyncio's timers wake on whole milliseconds), and the next slot
   counts from it, less the median lateness of the latest 16 (counted from the send alone, 7%
   below the rate at 20 ms; counted from the slot, a late send then one on time left a gap up to
@@ -157,10 +156,12 @@ RAMP_START = 20.0
 _RAMP_MAX = 10_000.0  # requests/s: a ramp that got this far without a refusal found no limit
 _RATE_SENDS = 1  # sends whose spacing measures the rate a request actually left at (the last gap)
 _ABOVE_SERVED = 1.0  # W after a refusal, at most this times the rate served over the last second
+_SERVED_SPAN_S = 2.0  # seconds of pacing after which the last second's answers were all paced
 _SATURATED = 1.1  # answers all sent at this times the rate served or faster: the server's limit is passed
 _LATE_S = 0.005  # seconds after its slot a send counts as paced (its lateness measured)
 _LATE_SENDS = 16  # paced sends whose median lateness the schedule allows for
 _SHALLOW_CUT = 0.97  # the shallowest cut, after one refusal among many served
+_TELLING_CUT = 0.95  # a climb from a cut deeper than this tells whether refusals depend on the rate
 _SHARE_OF = 32  # answers whose share of refusals says whether a rate limit is passed
 _HEAVY_SHARE = 0.25  # the share of refusals that does
 
@@ -487,6 +488,8 @@ class RatePacer:
         """The share of requests the server refuses whatever the rate, once measured."""
         self._below = [0, 0]  # answers and refusals to requests sent while climbing back, since the cut
         self._above = [0, 0]  # the same at or above the refused rate
+        self.paced_since = 0.0
+        """When the current stretch of pacing began (its first ramp)."""
         self.cuts_in_row = 0
         """Cuts since a request sent after a cut was last served."""
         self.announced: Announced | None = None
@@ -622,17 +625,22 @@ class RatePacer:
             # but the climb ends at its rate: W set a little above a limiter's (no burst, timer
             # jitter) was refused every few sends of each climb back, then cut deep.
             if sent_rate is not None and sent_rate < self.w_max and not self.ceiled:
-                self.w_max, self.ceiled = self._at_most_served(sent_rate, served_rate, saturated), True
+                self.w_max, self.ceiled = self._at_most_served(sent_rate, now, served_rate, saturated), True
             return
         below, above = self._below, self._above
         if (
             not heavy
+            and self.cut_beta < _TELLING_CUT
             and below[0] >= 32
             and below[1] >= 0.05 * below[0]
             and below[1] / below[0] >= 0.5 * above[1] / max(1, above[0])
         ):
             # Refused as often below the refused rate as above it: the refusals do not depend on
             # the rate (a server that refuses a share of all requests). No limit to pace for.
+            # Only a climb from a deep enough cut tells: from a shallow one (leaving the ramp, or
+            # one refusal among many), the climb may lie wholly above the limit (W at 21.6 of a 1 s
+            # bucket of 20, climbing from 20.5, was refused 5% of the time and pacing stopped:
+            # the burst that followed took refusals to 40-85% of the served).
             self.w_max, self.ramping = None, False
             self.random_share = below[1] / below[0]
             self._below, self._above = [0, 0], [0, 0]
@@ -651,7 +659,7 @@ class RatePacer:
         self.ceiled = False
         if sent_rate is None or (self.w_max is None and not self.ramping):
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
-            self.ramping = True
+            self.ramping, self.paced_since = True, now
             self.ramp_rate, self.ramp_last = max(RAMP_START, 0.5 * served_rate), now + pause_s
         else:
             # A ramp doubles its rate, so it may have gone past the limit by up to twice (more where
@@ -662,7 +670,7 @@ class RatePacer:
             self.cuts_in_row += 1
             w = sent_rate * deeper * (RAMP_EXIT if self.ramping else 1.0)
             if not self.ramping:
-                w = self._at_most_served(w, served_rate, saturated)
+                w = self._at_most_served(w, now, served_rate, saturated)
             self.w_max = max(w, 0.1)
             self.ramping = False
         self.since = now + pause_s
@@ -671,17 +679,16 @@ class RatePacer:
         first = self.rate(self.since) or RAMP_START
         self.next_at = max(self.next_at, self.since + 1.0 / first)
 
-    @staticmethod
-    def _at_most_served(w: float, served_rate: float, saturated: bool) -> float:
+    def _at_most_served(self, w: float, now: float, served_rate: float, saturated: bool) -> float:
         """``w``, at most the rate the server served over the last second when that rate is its limit."""
-        # Every answer of the last second was sent well above the rate served: the server served
-        # what it would, and a little above it is enough to keep it busy (sending far above a
-        # bucket's rate only adds refusals; a W left at 1.2 times a 0.2 s bucket's rate was refused
-        # as often climbing back as above it, and the pacer took that for refusals whatever the
-        # rate, and stopped). Sent near the rate served, the answers say less: a limiter with no
-        # burst refuses a few early arrivals below its limit, and after two seconds of pacing W
-        # capped at what was served ratcheted down at each cut (48, 46, 45, ... of 50).
-        return min(w, _ABOVE_SERVED * served_rate) if served_rate > 0 and saturated else w
+        # Paced long enough that the last second's answers were all sent on the schedule, or every
+        # one of them sent well above the rate served: the server served what it would, and a
+        # little above it is enough to keep it busy (sending far above a bucket's rate only adds
+        # refusals; a W left at 1.4 times a 1 s bucket's rate 1.2 s into pacing was refused all
+        # the way back up, and the pacer took that for refusals whatever the rate, and stopped).
+        if served_rate > 0 and (saturated or now - self.paced_since >= _SERVED_SPAN_S):
+            return min(w, _ABOVE_SERVED * served_rate)
+        return w
 
     def announce(self, announced: Announced, pending: int) -> None:
         """The server announced its limits; ``pending``: requests sent since the answer's request left."""
@@ -945,9 +952,8 @@ class Endpoint:
             while served and served[0][0] < now - 1.0:
                 served.popleft()
             cut_at = pacer.cut_at
-            # Saturated: every answer of the last second left well above the rate served (a tenth:
-            # refusals of a limiter with no burst, timer jitter, cost a few requests a second below
-            # its limit, and W capped at that served rate ratcheted down a little each cut).
+            # Saturated: every answer of the last second left well above the rate served (a tenth
+            # above: a limiter with no burst refuses a few early arrivals below its limit).
             saturated = bool(served) and min(rate for _, rate in served) >= _SATURATED * len(served)
             pacer.refused(
                 now,
