@@ -2,11 +2,12 @@
 
 Transient errors (5xx other than 503, dropped connections, time-outs, unreadable
 bodies) are retried ``max_retries`` times with full-jitter backoff. A rate limit
-(429, or 503 "overloaded") is not a failure while time remains: the endpoint pauses
-for the server's ``Retry-After`` (:mod:`moot.models.limits`), and the request is sent
-again when the pause ends, for as long as ``throttle_budget`` seconds allow (and
-the caller's own deadline, which cancels the wait). Only then does it fail, with
-:class:`~moot.errors.RateLimited` naming how long it tried.
+(429, or 503 "overloaded") is not a failure while time remains: the refused request
+waits the server's ``Retry-After`` (a longer one pauses the whole endpoint; on an
+endpoint paced by :mod:`moot.models.limits`, one of a second or less gives way to the
+schedule's next slot) and is sent again, for as long as ``throttle_budget`` seconds
+allow (and the caller's own deadline, which cancels the wait). Only then does it fail,
+with :class:`~moot.errors.RateLimited` naming how long it tried.
 """
 
 from __future__ import annotations
