@@ -769,17 +769,24 @@ class TestServers:
         assert a.served + b.served == 200
 
 
-def test_a_refused_request_on_a_paced_endpoint_takes_the_next_slot() -> None:
-    """Paced, a 429 with ``Retry-After: 1`` queues the refused request for the schedule's next slot
-    (the server sees the schedule's rate whichever request fills it); waiting the second out left
-    a run's end waiting on its last refusal. Unpaced, the request waits its Retry-After."""
+def refused_once(retry_after: float) -> tuple[list[float], Callable[[ModelRequest], str]]:
+    """A FunctionModel body refusing its first call (429 with ``retry_after``), and its calls' times."""
     calls: list[float] = []
 
     def fn(request: ModelRequest) -> str:
         calls.append(time.monotonic())
         if len(calls) == 1:
-            raise ModelHTTPError(429, "slow down", retry_after=1.0)
+            raise ModelHTTPError(429, "slow down", retry_after=retry_after)
         return "ok"
+
+    return calls, fn
+
+
+def test_a_refused_request_on_a_paced_endpoint_takes_the_next_slot() -> None:
+    """Paced, a 429 with ``Retry-After: 1`` queues the refused request for the schedule's next slot
+    (the server sees the schedule's rate whichever request fills it); waiting the second out left
+    a run's end waiting on its last refusal. Unpaced, the request waits its Retry-After."""
+    calls, fn = refused_once(1.0)
 
     async def go(model: FunctionModel, paced: bool) -> str:
         gate = model.gate()
@@ -797,14 +804,7 @@ def test_a_refused_request_on_a_paced_endpoint_takes_the_next_slot() -> None:
 
 
 def test_function_model_gate_pauses_on_retry_after() -> None:
-    calls: list[float] = []
-
-    def fn(request: ModelRequest) -> str:
-        calls.append(time.monotonic())
-        if len(calls) == 1:
-            raise ModelHTTPError(429, "slow down", retry_after=0.3)
-        return "ok"
-
+    calls, fn = refused_once(0.3)
     model = FunctionModel(fn)
     reply = asyncio.run(call_model(model, PLAIN))
     assert reply.text == "ok"

@@ -472,14 +472,18 @@ class Model(ABC):
         """
         return None
 
+    def _live_gate(self) -> Gate | None:
+        """The gate whose endpoints this model's requests go to: the latest built (None before any)."""
+        return getattr(self, "_gate", None)  # a subclass may not call super().__init__()
+
     def pause_left(self) -> float:
         """Seconds until an endpoint of this model takes requests again after a Retry-After (0: now)."""
-        gate = getattr(self, "_gate", None)
+        gate = self._live_gate()
         return gate.pause_left() if gate is not None else 0.0
 
     def paced(self) -> bool:
         """True while this model's endpoints send on a rate schedule (a rate limit measured or announced)."""
-        gate = getattr(self, "_gate", None)
+        gate = self._live_gate()
         return gate.paced() if gate is not None else False
 
     def endpoint_stats(self) -> list[dict[str, object]]:
@@ -487,7 +491,7 @@ class Model(ABC):
 
         Empty before the first request. Progress displays and run records read it.
         """
-        gate = getattr(self, "_gate", None)
+        gate = self._live_gate()
         return gate.snapshot() if gate is not None else []
 
     async def expected_speed(self) -> float | None:

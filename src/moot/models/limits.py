@@ -640,7 +640,7 @@ class RatePacer:
             # Only a climb from a deep enough cut tells: from a shallow one (leaving the ramp, or
             # one refusal among many), the climb may lie wholly above the limit (W at 21.6 of a 1 s
             # bucket of 20, climbing from 20.5, was refused 5% of the time and pacing stopped:
-            # the burst that followed took refusals to 40-85% of the served).
+            # the burst that followed took refusals to 40-90% of the served).
             self.w_max, self.ramping = None, False
             self.random_share = below[1] / below[0]
             self._below, self._above = [0, 0], [0, 0]
@@ -914,14 +914,19 @@ class Endpoint:
         self._refusals.append(False)
         if ticket.sent_at >= self.pacer.cut_at:
             self.pacer.answered(ticket.below, refused=False)
-        served = self._served_at
-        served.append((now, ticket.rate or 0.0))
-        while served[0][0] < now - 1.0:
-            served.popleft()
+        self._served_at.append((now, ticket.rate or 0.0))
+        self._prune_served(now)
         if ticket.sent_at >= self.pacer.cut_at:
             self.pacer.cuts_in_row = 0  # the rate after the last cut is served
         if outcome is Outcome.ANSWER:
             self.limit.answered(now - ticket.sent_at, ticket.epoch, ticket.in_flight)
+
+    def _prune_served(self, now: float) -> deque[tuple[float, float]]:
+        """The answers of the last second (when, the rate each left at), older ones dropped."""
+        served = self._served_at
+        while served and served[0][0] < now - 1.0:
+            served.popleft()
+        return served
 
     def _throttled(self, ticket: Ticket, now: float, retry_after: float | None) -> None:
         """A 429/503: pace, never pause the endpoint and release everyone at once (module docstring)."""
@@ -948,9 +953,7 @@ class Endpoint:
         # few in a row happen by chance at a server that refuses a share of all requests).
         heavy = share >= _HEAVY_SHARE + pacer.random_share or self._throttle_run >= max(3, self.in_flight / 4)
         if heavy or pacer.active:
-            served = self._served_at
-            while served and served[0][0] < now - 1.0:
-                served.popleft()
+            served = self._prune_served(now)
             cut_at = pacer.cut_at
             # Saturated: every answer of the last second left well above the rate served (a tenth
             # above: a limiter with no burst refuses a few early arrivals below its limit).
@@ -1167,7 +1170,7 @@ class Gate:
             self._wake(len(self._waiters))  # the initial window's first answer: the rest may go
         elif outcome is Outcome.THROTTLE:
             self._wake(len(self._waiters))  # they re-check and wait for the pause's timer
-        elif self._timer is not None and len(self.endpoints) == 1 and ep.pacer.scheduled(ep.clock()):
+        elif self._timer is not None and len(self.endpoints) == 1 and ep.paced():
             # The next paced send is the timer's: one woken here, just after its slot, would leave
             # 1-2 ms before a send the timer wakes, a gap too short for a limiter with no burst.
             # (One endpoint only: replicas, each on a schedule of its own, were not measured so.)

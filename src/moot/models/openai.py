@@ -277,23 +277,9 @@ class OpenAIModel(SDKModel):
             self.pool.set_cap(want)
         return None
 
-    def endpoint_stats(self) -> list[dict[str, object]]:
-        """Per endpoint: requests in flight, limit and its range, 429s, time-outs, circuit."""
-        if self.http != "aiohttp":
-            return super().endpoint_stats()
-        return self.pool.gate.snapshot()
-
-    def pause_left(self) -> float:
-        """Seconds until an endpoint takes requests again after a Retry-After (0: one does now)."""
-        if self.http != "aiohttp":
-            return super().pause_left()
-        return self.pool.gate.pause_left()
-
-    def paced(self) -> bool:
-        """True while its endpoints send on a rate schedule (a rate limit measured or announced)."""
-        if self.http != "aiohttp":
-            return super().paced()
-        return self.pool.gate.paced()
+    def _live_gate(self) -> Gate | None:
+        """The aiohttp stack's pool gate (its endpoints' limits, pauses and schedules); else the SDK's."""
+        return self.pool.gate if self.http == "aiohttp" else super()._live_gate()
 
     def _own_http_client(self) -> Any:
         """The SDK's aiohttp-backed client for ``http="sdk-aiohttp"``, else the SDK's default."""
