@@ -172,4 +172,10 @@ class StoreRecorder:
             except sqlite3.Error as exc:  # the result is the caller's either way; say so loudly, once
                 if not said:
                     where = self.store.path
-                    print(f"moot: warning: cannot write the run store {where} ({exc})", file=sys.stderr)
+                    # The same words as a failed write's (Recording._write): which of the two hits a
+                    # full disk first depends on when the store's writer flushed.
+                    print(
+                        f"moot: warning: cannot write the run store {where} ({exc}); "
+                        "this run is no longer recorded: its last events are lost",
+                        file=sys.stderr,
+                    )
