@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -67,3 +69,24 @@ def test_moot_gc_default_leaves_the_collector_alone(
     seen = _thresholds_seen(fake_provider)
     assert main(["run", "Why?", "--model", "gcseen:x", "--json", "--no-store"]) in (0, 1)
     assert seen and set(seen) == {(700, 10, 10)}
+
+
+def test_the_moot_process_skips_the_last_full_collection_and_an_in_process_call_does_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    frozen: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    assert main(["--version"]) == 0
+    assert frozen == []  # a program calling main() lives on: its collector is left whole
+    monkeypatch.setattr("sys.argv", ["moot", "--version"])
+    assert main() == 0
+    assert frozen == [1]  # the console script: the process ends with this call
+
+
+def test_the_moot_command_exits_with_its_objects_frozen() -> None:
+    code = (
+        "import gc, sys; from moot.cli import main; sys.argv = ['moot', '--version']; "
+        "main(); print(gc.get_freeze_count())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert int(out.split()[-1]) > 10_000  # every object of the imports, spared the exit's last pass

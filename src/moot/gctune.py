@@ -38,7 +38,7 @@ import gc
 import os
 from collections.abc import Iterator
 
-__all__ = ["GEN0_THRESHOLD", "tuned_gc", "tuning_wanted"]
+__all__ = ["GEN0_THRESHOLD", "skip_final_collection", "tuned_gc", "tuning_wanted"]
 
 GEN0_THRESHOLD = 50_000
 """Net allocations between two collections of the youngest generation (CPython's default: 700)."""
@@ -74,3 +74,18 @@ def tuned_gc(threshold0: int = GEN0_THRESHOLD) -> Iterator[None]:
         if _depth == 0 and _saved is not None:
             gc.set_threshold(*_saved)
             _saved = None
+
+
+def skip_final_collection() -> None:
+    """Spare the interpreter's exit its last full collection: call once, when the process is done.
+
+    At exit CPython collects every object the process still holds (the imported modules, pydantic's
+    schemas, the price table), only to hand back memory the operating system takes back anyway:
+    0.13-0.19 s after every ``moot bench`` on these cores, against 0.02-0.03 s with the objects
+    frozen (``gc.freeze``) first. What must happen at exit still does: ``atexit`` handlers and
+    ``weakref.finalize`` callbacks run, and modules are torn down; only unreachable cycles left
+    by then go unfinalised, and moot closes its files, stores and sessions itself before this.
+    The ``moot`` command calls it as it returns its exit code; a program that runs moot inside a
+    longer life never should.
+    """
+    gc.freeze()

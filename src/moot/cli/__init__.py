@@ -26,7 +26,7 @@ import typer
 from .._version import __version__
 from ..app.tracing import install_from_env
 from ..errors import MootError, ResourceError, UsageError, error_text
-from ..gctune import tuned_gc, tuning_wanted
+from ..gctune import skip_final_collection, tuned_gc, tuning_wanted
 from ._ray_options import default_ray_address
 from ._safe import clean
 from ._warnings import lift_quiet, say_warnings
@@ -123,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``moot`` console script; returns the exit code.
 
     With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, the run is traced (:func:`moot.app.tracing.install_from_env`)
-    and its spans are flushed before the exit, Ctrl-C included.
+    and its spans are flushed before the exit, Ctrl-C included. Called without ``argv`` (the
+    console script, ``python -m moot``), the process ends with it: its exit skips the collector's
+    last full pass (:func:`moot.gctune.skip_final_collection`), 0.13-0.19 s of every command.
     """
     flush = install_from_env()
     try:
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if flush is not None:
             flush()
+        if argv is None:
+            skip_final_collection()
 
 
 def _main(argv: list[str] | None) -> int:
