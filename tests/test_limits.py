@@ -318,21 +318,36 @@ class TestArithmetic:
         pacer.refused(13.0, sent_at=12.99, sent_rate=80.0, served_rate=50.0)
         assert pacer.w_max == pytest.approx(50.0)
 
-    def test_only_a_climb_from_a_deep_cut_says_refusals_do_not_depend_on_the_rate(self) -> None:
-        """Climbing back from a shallow cut (leaving the ramp: 0.95), the whole climb may lie above
-        the limit (W 21.6 against a 1 s bucket of 20): refused 6% of the time on the way, it is still
-        a rate limit. From a full cut (0.9), the same share below as above is refusals whatever the
-        rate, and pacing ends."""
-        for cut_beta, still_paced in ((0.95, True), (0.9, False)):
+    def test_only_a_climb_from_a_deep_cut_that_knew_the_served_rate_tells_about_refusals(self) -> None:
+        """Refused as often climbing back as above the refused rate: refusals whatever the rate, and
+        pacing ends; but only on a climb from a cut deeper than 0.95 that knew what the server
+        serves (saturated, or two seconds into pacing). From the ramp's exit (0.95), or from a
+        deep cut 0.9 s into pacing (a 1 s bucket of 50 still served 58 a second from its depth, W
+        was left at 62), the climb may lie wholly above the limit: it is still a rate limit."""
+
+        def after_a_climb_refused_one_in_16(
+            cut_at: float, *, saturated: bool = False, ramp_exit: bool = False
+        ) -> bool:
             pacer = RatePacer()
-            pacer.refused(10.0, sent_at=9.9, sent_rate=None)
-            pacer.refused(10.3, sent_at=10.29, sent_rate=24.0)  # W = 21.6 leaving the ramp
-            pacer.cut_beta = cut_beta
+            pacer.refused(10.0, sent_at=9.9, sent_rate=None)  # pacing starts: a ramp
+            pacer.refused(10.3, sent_at=10.29, sent_rate=24.0)  # W = 21.6 leaving the ramp, a 0.95 cut
+            if not ramp_exit:
+                pacer.cuts_in_row = 0
+                pacer.refused(
+                    cut_at, sent_at=cut_at - 0.01, sent_rate=23.0, served_rate=20.0, saturated=saturated
+                )
+                assert pacer.cut_beta == pytest.approx(0.9)
             for i in range(50):
                 pacer.answered(below=True, refused=i % 16 == 0)
             pacer.cuts_in_row = 0
-            pacer.refused(12.0, sent_at=11.99, sent_rate=21.6, heavy=False, served_rate=20.0)
-            assert pacer.active is still_paced
+            end = pacer.since + pacer.k_s + 0.1
+            pacer.refused(end, sent_at=end - 0.01, sent_rate=20.0, heavy=False, served_rate=20.0)
+            return pacer.active
+
+        assert after_a_climb_refused_one_in_16(0.0, ramp_exit=True)  # still paced
+        assert after_a_climb_refused_one_in_16(10.9)  # 0.9 s into pacing: still paced
+        assert not after_a_climb_refused_one_in_16(10.9, saturated=True)  # refusals whatever the rate
+        assert not after_a_climb_refused_one_in_16(12.1)  # two seconds into pacing: the same
 
     def test_a_saturated_server_caps_w_at_its_served_rate_before_two_seconds(self) -> None:
         """Under two seconds into pacing, W follows the served rate only when every answer of the

@@ -501,6 +501,8 @@ class RatePacer:
         self._late: deque[float] = deque(maxlen=_LATE_SENDS)  # how long after its slot a send left
         self.ceiled = False
         """A refusal while climbing back lowered ``w_max`` (once a climb)."""
+        self.telling = False
+        """The current climb tells whether refusals depend on the rate (see :meth:`refused`)."""
 
     def climbing(self, now: float) -> bool:
         """True while the rate climbs back to the one refused last (the cubic's first ``k_s`` seconds)."""
@@ -630,7 +632,7 @@ class RatePacer:
         below, above = self._below, self._above
         if (
             not heavy
-            and self.cut_beta < _TELLING_CUT
+            and self.telling
             and below[0] >= 32
             and below[1] >= 0.05 * below[0]
             and below[1] / below[0] >= 0.5 * above[1] / max(1, above[0])
@@ -640,7 +642,10 @@ class RatePacer:
             # Only a climb from a deep enough cut tells: from a shallow one (leaving the ramp, or
             # one refusal among many), the climb may lie wholly above the limit (W at 21.6 of a 1 s
             # bucket of 20, climbing from 20.5, was refused 5% of the time and pacing stopped:
-            # the burst that followed took refusals to 40-90% of the served).
+            # the burst that followed took refusals to 40-90% of the served). And only from a cut
+            # that knew what the server serves (W at most that rate): 1.4 s into pacing a 1 s
+            # bucket of 50 still served 58 a second from its depth, W was left at 62, the climb
+            # from 56 lay wholly above 50, and pacing stopped (235 refused for 500 served).
             self.w_max, self.ramping = None, False
             self.random_share = below[1] / below[0]
             self._below, self._above = [0, 0], [0, 0]
@@ -656,7 +661,7 @@ class RatePacer:
         self.cut_beta = max(self.beta, shallow)
         self._below, self._above = [0, 0], [0, 0]
         self.cut_at = now
-        self.ceiled = False
+        self.ceiled = self.telling = False
         if sent_rate is None or (self.w_max is None and not self.ramping):
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
             self.ramping, self.paced_since = True, now
@@ -671,6 +676,9 @@ class RatePacer:
             w = sent_rate * deeper * (RAMP_EXIT if self.ramping else 1.0)
             if not self.ramping:
                 w = self._at_most_served(w, now, served_rate, saturated)
+                self.telling = self.cut_beta < _TELLING_CUT and self._knows_served(
+                    now, served_rate, saturated
+                )
             self.w_max = max(w, 0.1)
             self.ramping = False
         self.since = now + pause_s
@@ -686,9 +694,13 @@ class RatePacer:
         # little above it is enough to keep it busy (sending far above a bucket's rate only adds
         # refusals; a W left at 1.4 times a 1 s bucket's rate 1.2 s into pacing was refused all
         # the way back up, and the pacer took that for refusals whatever the rate, and stopped).
-        if served_rate > 0 and (saturated or now - self.paced_since >= _SERVED_SPAN_S):
+        if self._knows_served(now, served_rate, saturated):
             return min(w, _ABOVE_SERVED * served_rate)
         return w
+
+    def _knows_served(self, now: float, served_rate: float, saturated: bool) -> bool:
+        """True when the last second's served rate is what the server allows (see :meth:`_at_most_served`)."""
+        return served_rate > 0 and (saturated or now - self.paced_since >= _SERVED_SPAN_S)
 
     def announce(self, announced: Announced, pending: int) -> None:
         """The server announced its limits; ``pending``: requests sent since the answer's request left."""
