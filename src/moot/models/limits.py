@@ -71,8 +71,11 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   cut unless refusals are heavy again (a server refusing some requests whatever the rate would
   otherwise ratchet the rate down), but the first one ends the climb at its rate (``W`` a little
   above a limiter with no burst was refused every few sends of each climb, then cut deep); heavy
-  refusals cut deeper each time in a row. Past four times ``W`` with no refusal, pacing by
-  measurement ends.
+  refusals cut deeper each time in a row. Refused as often climbing back (below the refused rate)
+  as above it, on a climb from a cut deeper than 0.95 that knew what the server serves (the cap
+  above applied), the refusals do not depend on the rate, and pacing ends; a climb from a shallow
+  cut, or from one made before the served rate was known, may lie wholly above the limit. Past
+  four times ``W`` with no refusal, pacing by measurement ends.
 * **Retry-After.** It counts whole seconds: ``1`` says a slot frees within the second, which the
   schedule spaces requests for already. Paced, the refused request queues again at once for a
   slot (the server sees the schedule's rate whichever request fills a slot; waiting the second
