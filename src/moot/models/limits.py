@@ -63,19 +63,30 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   a little early), back at ``W`` after 1.5 s, flat near it, then probing above. After two
   seconds of pacing, or sooner when every answer of the last second left at 1.1 times the rate
   the server served in it or faster, a refusal sets ``W`` at most at that served rate: sending
-  far above a bucket's rate only adds refusals. A paced send leaves on the
+  far above a bucket's rate only adds refusals. Never below the rate the server was *shown* to
+  allow: a refusal says the server's bucket was empty, so between
+  two refusals a second or more apart a limit of any depth gave one request to each served, and
+  it allows at least those, less one, over the time between (a limiter with no burst loses a slot
+  to each request it refuses: at 50 a second, refusing 4 every half second, it served 42, and
+  ``W`` capped there took 3-4 s to climb back). A paced send leaves on the
   timer (1-3 ms after its slot: asyncio's timers wake on whole milliseconds), and the next slot
   counts from it, less the median lateness of the latest 16 (counted from the send alone, 7%
   below the rate at 20 ms; counted from the slot, a late send then one on time left a gap up to
   2 ms short, which a limiter with no burst refuses). A refusal while climbing back is no new
   cut unless refusals are heavy again (a server refusing some requests whatever the rate would
-  otherwise ratchet the rate down), but the first one ends the climb at its rate (``W`` a little
-  above a limiter with no burst was refused every few sends of each climb, then cut deep); heavy
+  otherwise ratchet the rate down), but it ends the climb at its rate (``W`` a little above a
+  limiter with no burst was refused every few sends of each climb, then cut deep); heavy
   refusals cut deeper each time in a row. Refused as often climbing back (below the refused rate)
   as above it, on a climb from a cut deeper than 0.95 that knew what the server serves (the cap
   above applied), the refusals do not depend on the rate, and pacing ends; a climb from a shallow
-  cut, or from one made before the served rate was known, may lie wholly above the limit. Past
-  four times ``W`` with no refusal, pacing by measurement ends.
+  cut, or from one made before the served rate was known, may lie wholly above the limit. A
+  request paced below 0.7 of the highest rate the server was shown to allow in this stretch of
+  pacing, and refused all the same, was not refused for its rate: at the second such refusal
+  pacing ends, and the share of the latest 64 answers refused is taken as what the server refuses
+  whatever the rate (an overloaded backend refusing 20% at random was paced down to 5-20
+  requests/s by cut after cut); a quarter above that share, or a run of refusals that many more
+  than it explains, starts pacing again. Past four times ``W`` with no refusal, pacing by
+  measurement ends.
 * **Retry-After.** It counts whole seconds: ``1`` says a slot frees within the second, which the
   schedule spaces requests for already. Paced, the refused request queues again at once for a
   slot (the server sees the schedule's rate whichever request fills a slot; waiting the second
@@ -165,6 +176,13 @@ _LATE_S = 0.005  # seconds after its slot a send counts as paced (its lateness m
 _LATE_SENDS = 16  # paced sends whose median lateness the schedule allows for
 _SHALLOW_CUT = 0.97  # the shallowest cut, after one refusal among many served
 _TELLING_CUT = 0.95  # a climb from a cut deeper than this tells whether refusals depend on the rate
+_PROOF_SPAN_S = 1.0  # seconds between two refusals, at least, whose served requests show a rate allowed
+_PROOF_AGE_S = 4.0  # seconds back the refusals that show it go (a shared limit moves)
+_PROOF_BIN_S = 0.05  # one refusal kept a bin of this many seconds (any refusal says the bucket was empty)
+_UNEXPLAINED = 0.7  # a request paced below this times the rate shown allowed, refused: not for its rate
+_UNEXPLAINED_N = 2  # such refusals in one stretch of pacing that end it
+_RANDOM_SHARE_MAX = 0.5  # the most of its answers a server is taken to refuse whatever the rate
+_RECENT = 64  # the latest answers whose share of refusals that is
 _SHARE_OF = 32  # answers whose share of refusals says whether a rate limit is passed
 _HEAVY_SHARE = 0.25  # the share of refusals that does
 
@@ -490,6 +508,9 @@ class RatePacer:
         self.random_share = 0.0
         """The share of requests the server refuses whatever the rate, once measured."""
         self._below = [0, 0]  # answers and refusals to requests sent while climbing back, since the cut
+        self._unexplained = 0  # refusals of requests paced well below the rate shown allowed, this stretch
+        self.shown_max = 0.0
+        """The highest rate the server was shown to allow in this stretch of pacing (see ``refused``)."""
         self._above = [0, 0]  # the same at or above the refused rate
         self.paced_since = 0.0
         """When the current stretch of pacing began (its first ramp)."""
@@ -502,8 +523,6 @@ class RatePacer:
         self.tokens_per_request = 0.0
         """The mean tokens a request asks for (prompt estimate plus max_tokens), once known."""
         self._late: deque[float] = deque(maxlen=_LATE_SENDS)  # how long after its slot a send left
-        self.ceiled = False
-        """A refusal while climbing back lowered ``w_max`` (once a climb)."""
         self.telling = False
         """The current climb tells whether refusals depend on the rate (see :meth:`refused`)."""
 
@@ -608,6 +627,8 @@ class RatePacer:
         heavy: bool = True,
         served_rate: float = 0.0,
         saturated: bool = False,
+        shown_rate: float = 0.0,
+        refused_share: float = 0.0,
     ) -> None:
         """A 429/503's refusal of a request sent at ``sent_at`` while the rate was ``sent_rate``.
 
@@ -620,17 +641,36 @@ class RatePacer:
             served_rate: requests/s answered over the last second (where a ramp starts).
             saturated: every request answered over the last second left paced well above
                 ``served_rate`` (:data:`_SATURATED` times it): ``served_rate`` is the server's limit.
+            shown_rate: requests/s the server is shown to allow (served between two refusals,
+                :meth:`Endpoint._shown_rate`): ``W`` is never capped below it.
+            refused_share: the share of refusals among the latest answers (what a server refusing
+                whatever the rate refuses).
         """
         self.allowance = 0.0
+        self.shown_max = shown_rate = max(self.shown_max, shown_rate)
+        if sent_rate is not None and sent_rate < _UNEXPLAINED * shown_rate and self.active:
+            # The server was shown to allow shown_rate (served between two refusals: a bound that
+            # holds for a limit of any depth), and refused a request paced well below it: not for
+            # its rate. Twice in a stretch of pacing: the server refuses a share of all requests
+            # (an overloaded backend), and pacing would only ratchet the rate down for nothing
+            # (a server refusing 20% at random was paced down to 5 requests/s).
+            self._unexplained += 1
+            if self._unexplained >= _UNEXPLAINED_N:
+                self.random_share = min(refused_share, _RANDOM_SHARE_MAX)
+                self._end_measured()
+                return
         if sent_at < self.cut_at:
             return  # sent before the last cut: that cut already answers it
         if self.w_max is not None and not heavy and now - self.since < self.k_s:
             # Still climbing back to the rate refused last: a lone refusal here is no new cut (a
             # server refusing some requests whatever the rate would otherwise ratchet it to 0),
             # but the climb ends at its rate: W set a little above a limiter's (no burst, timer
-            # jitter) was refused every few sends of each climb back, then cut deep.
-            if sent_rate is not None and sent_rate < self.w_max and not self.ceiled:
-                self.w_max, self.ceiled = self._at_most_served(sent_rate, now, served_rate, saturated), True
+            # jitter) was refused every few sends of each climb back, then cut deep. Each refusal
+            # of the climb may lower it again: ended at the first refusal's rate only, a climb
+            # whose first refusal came at 49.2 a second (a limiter of 50 with no burst) was refused
+            # every few sends to its end, and the cut after it took W to the served 42.
+            if sent_rate is not None and sent_rate < self.w_max:
+                self.w_max = self._at_most_served(sent_rate, now, served_rate, saturated, shown_rate)
             return
         below, above = self._below, self._above
         if (
@@ -649,9 +689,8 @@ class RatePacer:
             # that knew what the server serves (W at most that rate): 1.4 s into pacing a 1 s
             # bucket of 50 still served 58 a second from its depth, W was left at 62, the climb
             # from 56 lay wholly above 50, and pacing stopped (235 refused for 500 served).
-            self.w_max, self.ramping = None, False
             self.random_share = below[1] / below[0]
-            self._below, self._above = [0, 0], [0, 0]
+            self._end_measured()
             return
         # A refusal after many served requests (a limiter with no burst, refusing a request that
         # arrived a little early) says the rate is just above the limit: a shallow cut. Many
@@ -664,11 +703,12 @@ class RatePacer:
         self.cut_beta = max(self.beta, shallow)
         self._below, self._above = [0, 0], [0, 0]
         self.cut_at = now
-        self.ceiled = self.telling = False
+        self.telling = False
         if sent_rate is None or (self.w_max is None and not self.ramping):
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
             self.ramping, self.paced_since = True, now
             self.ramp_rate, self.ramp_last = max(RAMP_START, 0.5 * served_rate), now + pause_s
+            self._unexplained, self.shown_max = 0, 0.0
         else:
             # A ramp doubles its rate, so it may have gone past the limit by up to twice (more where
             # a deep bucket hid the limit for a while): leaving it, W is a fraction of the refused rate.
@@ -678,7 +718,7 @@ class RatePacer:
             self.cuts_in_row += 1
             w = sent_rate * deeper * (RAMP_EXIT if self.ramping else 1.0)
             if not self.ramping:
-                w = self._at_most_served(w, now, served_rate, saturated)
+                w = self._at_most_served(w, now, served_rate, saturated, shown_rate)
                 self.telling = self.cut_beta < _TELLING_CUT and self._knows_served(
                     now, served_rate, saturated
                 )
@@ -690,15 +730,28 @@ class RatePacer:
         first = self.rate(self.since) or RAMP_START
         self.next_at = max(self.next_at, self.since + 1.0 / first)
 
-    def _at_most_served(self, w: float, now: float, served_rate: float, saturated: bool) -> float:
-        """``w``, at most the rate the server served over the last second when that rate is its limit."""
+    def _end_measured(self) -> None:
+        """Stop pacing by measurement: the refusals do not depend on the rate."""
+        self.w_max, self.ramping = None, False
+        self._below, self._above = [0, 0], [0, 0]
+
+    def _at_most_served(
+        self, w: float, now: float, served_rate: float, saturated: bool, shown_rate: float = 0.0
+    ) -> float:
+        """``w``, at most the rate the server served over the last second when that rate is its limit.
+
+        Never below ``shown_rate``, what the server is shown to allow: a limiter with no burst
+        loses a slot to each request it refuses, so what it served while refusing a few understates
+        what it allows (50 a second, refusing 4 every half second, served 42; W capped at 42
+        took the cubic 3-4 s to climb back to 46).
+        """
         # Paced long enough that the last second's answers were all sent on the schedule, or every
         # one of them sent well above the rate served: the server served what it would, and a
         # little above it is enough to keep it busy (sending far above a bucket's rate only adds
         # refusals; a W left at 1.4 times a 1 s bucket's rate 1.2 s into pacing was refused all
         # the way back up, and the pacer took that for refusals whatever the rate, and stopped).
         if self._knows_served(now, served_rate, saturated):
-            return min(w, _ABOVE_SERVED * served_rate)
+            return min(w, max(_ABOVE_SERVED * served_rate, shown_rate))
         return w
 
     def _knows_served(self, now: float, served_rate: float, saturated: bool) -> bool:
@@ -777,8 +830,11 @@ class Endpoint:
         self._throttle_run = 0  # 429/503s in a row, with no answer between them
         self._first_sent_at: float | None = None
         self._refusals: deque[bool] = deque(maxlen=_SHARE_OF)  # the latest answers: refused or not
+        self._recent: deque[bool] = deque(maxlen=_RECENT)  # the same, kept across cuts
         self._served_at: deque[tuple[float, float]] = deque()  # the last second's answers: when, sent rate
         self._sent_at: deque[float] = deque(maxlen=_RATE_SENDS + 1)  # when the latest requests left
+        self._refused_total = 0  # requests refused so far
+        self._refused_sends: deque[tuple[float, int]] = deque()  # sent at, requests served up to it
         self._announce_seq = 0  # the newest request whose answer announced limits
         self._unanswered = 0  # requests failed without an answer since the last answer
         self._unanswered_since: float | None = None  # when the first of them was sent
@@ -927,6 +983,7 @@ class Endpoint:
             return
         self._throttle_run = 0
         self._refusals.append(False)
+        self._recent.append(False)
         if ticket.sent_at >= self.pacer.cut_at:
             self.pacer.answered(ticket.below, refused=False)
         self._served_at.append((now, ticket.rate or 0.0))
@@ -958,6 +1015,7 @@ class Endpoint:
         # A rate limit refuses every request beyond it, so its refusals are a large share of the
         # answers, or come in a row; a server refusing a request now and then is not paced.
         self._refusals.append(True)
+        self._recent.append(True)
         pacer = self.pacer
         if ticket.sent_at >= pacer.cut_at:
             pacer.answered(ticket.below, refused=True)
@@ -965,8 +1023,12 @@ class Endpoint:
         # the rate (measured when pacing found the refusals did not depend on the rate).
         share = sum(self._refusals) / _SHARE_OF
         # Or refused several times in a row with nothing served between (with many in flight, a
-        # few in a row happen by chance at a server that refuses a share of all requests).
-        heavy = share >= _HEAVY_SHARE + pacer.random_share or self._throttle_run >= max(3, self.in_flight / 4)
+        # few in a row happen by chance at a server that refuses a share of all requests: a
+        # refusal comes back before the answers sent with it, so a burst of 32 to a server
+        # refusing 20% at random is refused 6 times in a row on average).
+        run = max(3.0, self.in_flight * (_HEAVY_SHARE + pacer.random_share))
+        heavy = share >= _HEAVY_SHARE + pacer.random_share or self._throttle_run >= run
+        shown = self._shown_rate(ticket)
         if heavy or pacer.active:
             served = self._prune_served(now)
             cut_at = pacer.cut_at
@@ -981,9 +1043,39 @@ class Endpoint:
                 heavy=heavy,
                 served_rate=len(served),
                 saturated=saturated,
+                shown_rate=shown,
+                refused_share=sum(self._recent) / len(self._recent),
             )
             if pacer.cut_at != cut_at:
                 self._refusals.clear()  # only the answers at the new rate tell about it
+
+    def _shown_rate(self, ticket: Ticket) -> float:
+        """Requests/s the server is shown to allow, at the refusal of ``ticket`` (and record the refusal).
+
+        A refusal says the server's bucket was empty when the refused request came. Between two
+        refusals the bucket gained the limit's rate times the time between them, and gave a
+        request to each one served: so the limit is at least the requests served between them,
+        less one (the fraction the bucket may have held), over that time. This holds for a
+        bucket of any depth and for a limiter with no burst alike; the best of the refusals of
+        the last :data:`_PROOF_AGE_S` seconds at least :data:`_PROOF_SPAN_S` before this one.
+        A request sent before the refused one and not refused by now counts as served: its
+        refusal would have come back by now, as this one's did. Refusals are counted in the
+        order they come back (a burst's, refused together, in any order between them).
+        """
+        self._refused_total += 1
+        served_to = ticket.seq - self._refused_total  # sends up to this one that were not refused
+        refused = self._refused_sends
+        while refused and refused[0][0] < ticket.sent_at - _PROOF_AGE_S:
+            refused.popleft()
+        best = 0.0
+        for at, served_then in refused:
+            span = ticket.sent_at - at
+            if span < _PROOF_SPAN_S:
+                break  # in order of sending: the rest are closer still
+            best = max(best, (served_to - served_then - 1) / span)
+        if not refused or ticket.sent_at - refused[-1][0] >= _PROOF_BIN_S:
+            refused.append((ticket.sent_at, served_to))
+        return best
 
     def _failed(self, ticket: Ticket, now: float) -> None:
         self._unanswered += 1
