@@ -63,30 +63,29 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   a little early), back at ``W`` after 1.5 s, flat near it, then probing above. After two
   seconds of pacing, or sooner when every answer of the last second left at 1.1 times the rate
   the server served in it or faster, a refusal sets ``W`` at most at that served rate: sending
-  far above a bucket's rate only adds refusals. Never below the rate the server was *shown* to
-  allow: a refusal says the server's bucket was empty, so between
-  two refusals a second or more apart a limit of any depth gave one request to each served, and
-  it allows at least those, less one, over the time between (a limiter with no burst loses a slot
-  to each request it refuses: at 50 a second, refusing 4 every half second, it served 42, and
-  ``W`` capped there took 3-4 s to climb back). A paced send leaves on the
+  far above a bucket's rate only adds refusals. A paced send leaves on the
   timer (1-3 ms after its slot: asyncio's timers wake on whole milliseconds), and the next slot
   counts from it, less the median lateness of the latest 16 (counted from the send alone, 7%
   below the rate at 20 ms; counted from the slot, a late send then one on time left a gap up to
   2 ms short, which a limiter with no burst refuses). A refusal while climbing back is no new
   cut unless refusals are heavy again (a server refusing some requests whatever the rate would
-  otherwise ratchet the rate down), but it ends the climb at its rate (``W`` a little above a
-  limiter with no burst was refused every few sends of each climb, then cut deep); heavy
+  otherwise ratchet the rate down), but the first one ends the climb at its rate (``W`` a little
+  above a limiter with no burst was refused every few sends of each climb, then cut deep); heavy
   refusals cut deeper each time in a row. Refused as often climbing back (below the refused rate)
   as above it, on a climb from a cut deeper than 0.95 that knew what the server serves (the cap
   above applied), the refusals do not depend on the rate, and pacing ends; a climb from a shallow
   cut, or from one made before the served rate was known, may lie wholly above the limit. A
-  request paced below 0.7 of the highest rate the server was shown to allow in this stretch of
-  pacing, and refused all the same, was not refused for its rate: at the second such refusal
+  refusal says the server's bucket was empty, so between two refusals a second or more apart a
+  limit of any depth gave one request to each served, and it allows at least those, less one,
+  over the time between: the rate it was *shown* to allow (:meth:`Endpoint._shown_rate`). A
+  request paced below 0.7 of the highest rate the server was shown to allow over the last four
+  seconds, and refused all the same, was not refused for its rate: at the second such refusal
   pacing ends, and the share of the latest 64 answers refused is taken as what the server refuses
   whatever the rate (an overloaded backend refusing 20% at random was paced down to 5-20
   requests/s by cut after cut); a quarter above that share, or a run of refusals that many more
-  than it explains, starts pacing again. Past four times ``W`` with no refusal, pacing by
-  measurement ends.
+  than it explains, starts pacing again, and paced answers served ``max(32, 3 / share)`` in a row
+  forget it (a limit shared with other clients, whose share of it moved, looks random for a
+  while). Past four times ``W`` with no refusal, pacing by measurement ends.
 * **Retry-After.** It counts whole seconds: ``1`` says a slot frees within the second, which the
   schedule spaces requests for already. Paced, the refused request queues again at once for a
   slot (the server sees the schedule's rate whichever request fills a slot; waiting the second
@@ -509,8 +508,10 @@ class RatePacer:
         """The share of requests the server refuses whatever the rate, once measured."""
         self._below = [0, 0]  # answers and refusals to requests sent while climbing back, since the cut
         self._unexplained = 0  # refusals of requests paced well below the rate shown allowed, this stretch
+        self._served_run = 0  # answers served in a row
+        self._shown: deque[tuple[float, float]] = deque()  # when, the rate shown allowed then
         self.shown_max = 0.0
-        """The highest rate the server was shown to allow in this stretch of pacing (see ``refused``)."""
+        """The highest rate the server was shown to allow over the last few seconds (see ``refused``)."""
         self._above = [0, 0]  # the same at or above the refused rate
         self.paced_since = 0.0
         """When the current stretch of pacing began (its first ramp)."""
@@ -523,6 +524,8 @@ class RatePacer:
         self.tokens_per_request = 0.0
         """The mean tokens a request asks for (prompt estimate plus max_tokens), once known."""
         self._late: deque[float] = deque(maxlen=_LATE_SENDS)  # how long after its slot a send left
+        self.ceiled = False
+        """A refusal while climbing back lowered ``w_max`` (once a climb)."""
         self.telling = False
         """The current climb tells whether refusals depend on the rate (see :meth:`refused`)."""
 
@@ -535,6 +538,13 @@ class RatePacer:
         counts = self._below if below else self._above
         counts[0] += 1
         counts[1] += refused
+        self._served_run = 0 if refused else self._served_run + 1
+        share, paced = self.random_share, self.ramping or self.w_max is not None
+        if share and paced and self._served_run >= max(_SHARE_OF, 3 / share):
+            # Paced, and served a run that a server refusing this share of all requests would
+            # have broken (but for 5% of runs): the refusals were for the rate after all (a limit
+            # shared with other clients, whose share of it moved, looks random for a while).
+            self.random_share = 0.0
 
     @property
     def active(self) -> bool:
@@ -642,12 +652,19 @@ class RatePacer:
             saturated: every request answered over the last second left paced well above
                 ``served_rate`` (:data:`_SATURATED` times it): ``served_rate`` is the server's limit.
             shown_rate: requests/s the server is shown to allow (served between two refusals,
-                :meth:`Endpoint._shown_rate`): ``W`` is never capped below it.
+                :meth:`Endpoint._shown_rate`): a request paced well below it and refused was
+                not refused for its rate.
             refused_share: the share of refusals among the latest answers (what a server refusing
                 whatever the rate refuses).
         """
         self.allowance = 0.0
-        self.shown_max = shown_rate = max(self.shown_max, shown_rate)
+        shown = self._shown  # a falling sequence: the first is the highest of the last seconds
+        while shown and shown[-1][1] <= shown_rate:
+            shown.pop()
+        shown.append((now, shown_rate))
+        while shown[0][0] < now - _PROOF_AGE_S:
+            shown.popleft()
+        self.shown_max = shown_rate = shown[0][1]
         if sent_rate is not None and sent_rate < _UNEXPLAINED * shown_rate and self.active:
             # The server was shown to allow shown_rate (served between two refusals: a bound that
             # holds for a limit of any depth), and refused a request paced well below it: not for
@@ -665,12 +682,12 @@ class RatePacer:
             # Still climbing back to the rate refused last: a lone refusal here is no new cut (a
             # server refusing some requests whatever the rate would otherwise ratchet it to 0),
             # but the climb ends at its rate: W set a little above a limiter's (no burst, timer
-            # jitter) was refused every few sends of each climb back, then cut deep. Each refusal
-            # of the climb may lower it again: ended at the first refusal's rate only, a climb
-            # whose first refusal came at 49.2 a second (a limiter of 50 with no burst) was refused
-            # every few sends to its end, and the cut after it took W to the served 42.
-            if sent_rate is not None and sent_rate < self.w_max:
-                self.w_max = self._at_most_served(sent_rate, now, served_rate, saturated, shown_rate)
+            # jitter) was refused every few sends of each climb back, then cut deep. Once a climb:
+            # lowered at each refusal, clients sharing a limit each kept what they had (one
+            # joining late was held at a fifth of the other's rate).
+            if sent_rate is not None and sent_rate < self.w_max and not self.ceiled:
+                self.w_max = self._at_most_served(sent_rate, now, served_rate, saturated)
+                self.ceiled = True
             return
         below, above = self._below, self._above
         if (
@@ -703,12 +720,12 @@ class RatePacer:
         self.cut_beta = max(self.beta, shallow)
         self._below, self._above = [0, 0], [0, 0]
         self.cut_at = now
-        self.telling = False
+        self.ceiled = self.telling = False
         if sent_rate is None or (self.w_max is None and not self.ramping):
             # Not paced yet: nothing says what the server allows. Ramp up from what it served.
             self.ramping, self.paced_since = True, now
             self.ramp_rate, self.ramp_last = max(RAMP_START, 0.5 * served_rate), now + pause_s
-            self._unexplained, self.shown_max = 0, 0.0
+            self._unexplained = 0
         else:
             # A ramp doubles its rate, so it may have gone past the limit by up to twice (more where
             # a deep bucket hid the limit for a while): leaving it, W is a fraction of the refused rate.
@@ -718,7 +735,7 @@ class RatePacer:
             self.cuts_in_row += 1
             w = sent_rate * deeper * (RAMP_EXIT if self.ramping else 1.0)
             if not self.ramping:
-                w = self._at_most_served(w, now, served_rate, saturated, shown_rate)
+                w = self._at_most_served(w, now, served_rate, saturated)
                 self.telling = self.cut_beta < _TELLING_CUT and self._knows_served(
                     now, served_rate, saturated
                 )
@@ -735,23 +752,15 @@ class RatePacer:
         self.w_max, self.ramping = None, False
         self._below, self._above = [0, 0], [0, 0]
 
-    def _at_most_served(
-        self, w: float, now: float, served_rate: float, saturated: bool, shown_rate: float = 0.0
-    ) -> float:
-        """``w``, at most the rate the server served over the last second when that rate is its limit.
-
-        Never below ``shown_rate``, what the server is shown to allow: a limiter with no burst
-        loses a slot to each request it refuses, so what it served while refusing a few understates
-        what it allows (50 a second, refusing 4 every half second, served 42; W capped at 42
-        took the cubic 3-4 s to climb back to 46).
-        """
+    def _at_most_served(self, w: float, now: float, served_rate: float, saturated: bool) -> float:
+        """``w``, at most the rate the server served over the last second when that rate is its limit."""
         # Paced long enough that the last second's answers were all sent on the schedule, or every
         # one of them sent well above the rate served: the server served what it would, and a
         # little above it is enough to keep it busy (sending far above a bucket's rate only adds
         # refusals; a W left at 1.4 times a 1 s bucket's rate 1.2 s into pacing was refused all
         # the way back up, and the pacer took that for refusals whatever the rate, and stopped).
         if self._knows_served(now, served_rate, saturated):
-            return min(w, max(_ABOVE_SERVED * served_rate, shown_rate))
+            return min(w, _ABOVE_SERVED * served_rate)
         return w
 
     def _knows_served(self, now: float, served_rate: float, saturated: bool) -> bool:
