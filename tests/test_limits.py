@@ -525,11 +525,62 @@ class TestArithmetic:
         pacer.answered(below=False, refused=False)
         assert pacer.random_share == 0.0
 
+    def test_a_client_joining_a_shared_limit_late_gets_a_share(self) -> None:
+        """Two clients, each its own endpoint, on one 0.2 s bucket of 50 requests/s (Ray workers on
+        one endpoint, processes on one key), the second starting 5 s after the first: over the
+        last 10 s of 20 the late one is served at least 15% (21% now; with a climb lowered at
+        every refusal each kept what it had, and the late one got 11%), and the two together
+        keep the limit busy."""
+        served = serve_shared(starts=(0.0, 5.0), seconds=20.0)
+        late, total = sum(served[1][5:]), sum(served[0][5:]) + sum(served[1][5:])
+        assert total >= 0.9 * 50 * 10, served
+        assert late >= 0.15 * total, served
+
     def test_limit_range_is_recorded(self) -> None:
         limit = AdaptiveLimit()
         limit.sent(100)
         limit.dropped(0)
         assert (limit.low, limit.high) == (50, 100)
+
+
+def serve_shared(
+    starts: tuple[float, ...], seconds: float, rate: float = 50.0, depth_s: float = 0.2
+) -> list[list[int]]:
+    """Clients (an endpoint each, 100 units always ready, starting at ``starts``) on one token bucket
+    of ``rate`` requests/s, ``depth_s`` deep, 200 ms answers, refusals at once with Retry-After: 1,
+    on one fake clock for ``seconds``: each client's requests served in each 2 s."""
+    clock = Clock()
+    eps = [Endpoint(f"e{i}", clock=clock) for i in range(len(starts))]
+    cap = rate * depth_s
+    tokens, stamp = cap, clock.now
+    ready = [[clock.now + s] * 100 for s in starts]
+    events: list[tuple[float, int, int, Ticket, bool]] = []
+    served = [[0] * int(seconds / 2) for _ in eps]
+    seq = 0
+    start = clock.now
+    while clock.now - start < seconds:
+        now = clock.now
+        for i, ep in enumerate(eps):
+            ready[i].sort()
+            while ready[i] and ready[i][0] <= now and ep.room():
+                ready[i].pop(0)
+                ticket = ep.take()
+                tokens, stamp = min(cap, tokens + (now - stamp) * rate), now
+                ok = tokens >= 1
+                tokens -= 1 if ok else 0
+                heapq.heappush(events, (now + (0.2 if ok else 0.001), seq, i, ticket, ok))
+                seq += 1
+        waits = [w for i, ep in enumerate(eps) for w in (min(ready[i]) - now, ep.wait_left()) if w > 0]
+        wake = now + min(waits) if waits else float("inf")
+        if events and events[0][0] <= wake:
+            clock.now, _, i, ticket, ok = heapq.heappop(events)
+            eps[i].finish(ticket, Outcome.ANSWER if ok else Outcome.THROTTLE, None if ok else 1.0)
+            if ok and clock.now - start < seconds:
+                served[i][int((clock.now - start) / 2)] += 1
+            ready[i].append(clock.now + (0.0 if ok else max(1.0, eps[i].pause_left())))
+        else:
+            clock.now = wake
+    return served
 
 
 def serve_refusing(
