@@ -507,12 +507,12 @@ class RatePacer:
         self.random_share = 0.0
         """The share of requests the server refuses whatever the rate, once measured."""
         self._below = [0, 0]  # answers and refusals to requests sent while climbing back, since the cut
+        self._above = [0, 0]  # the same at or above the refused rate
         self._unexplained = 0  # refusals of requests paced well below the rate shown allowed, this stretch
         self._served_run = 0  # answers served in a row
         self._shown: deque[tuple[float, float]] = deque()  # when, the rate shown allowed then
         self.shown_max = 0.0
         """The highest rate the server was shown to allow over the last few seconds (see ``refused``)."""
-        self._above = [0, 0]  # the same at or above the refused rate
         self.paced_since = 0.0
         """When the current stretch of pacing began (its first ramp)."""
         self.cuts_in_row = 0
@@ -684,7 +684,7 @@ class RatePacer:
             # but the climb ends at its rate: W set a little above a limiter's (no burst, timer
             # jitter) was refused every few sends of each climb back, then cut deep. Once a climb:
             # lowered at each refusal, clients sharing a limit each kept what they had (one
-            # joining late was held at a fifth of the other's rate).
+            # joining late was held at an eighth of the other's rate).
             if sent_rate is not None and sent_rate < self.w_max and not self.ceiled:
                 self.w_max = self._at_most_served(sent_rate, now, served_rate, saturated)
                 self.ceiled = True
