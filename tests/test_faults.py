@@ -120,5 +120,5 @@ def test_fault_soak(loop_errors: list[dict[str, Any]]) -> None:
     # 429s (7.5% of requests here, at random) are waited out, and the soak ends. Its wall time was
     # bimodal until the pacer learned that refusals of requests paced well below the rate the
     # server was shown to allow are not for their rate: 19.5 s in some runs, 43-105 s in others,
-    # paced at a few requests/s by cut after cut (issue 34); 20.5-24.3 s in five runs since.
+    # paced at a few requests/s by cut after cut (issue 34); 20.0-24.5 s in six runs since.
     assert elapsed < 90

@@ -510,9 +510,7 @@ class RatePacer:
         self._above = [0, 0]  # the same at or above the refused rate
         self._unexplained = 0  # refusals of requests paced well below the rate shown allowed, this stretch
         self._served_run = 0  # answers served in a row
-        self._shown: deque[tuple[float, float]] = deque()  # when, the rate shown allowed then
-        self.shown_max = 0.0
-        """The highest rate the server was shown to allow over the last few seconds (see ``refused``)."""
+        self._shown: deque[tuple[float, float]] = deque()  # when, the rate shown allowed then: falling
         self.paced_since = 0.0
         """When the current stretch of pacing began (its first ramp)."""
         self.cuts_in_row = 0
@@ -545,6 +543,11 @@ class RatePacer:
             # have broken (but for 5% of runs): the refusals were for the rate after all (a limit
             # shared with other clients, whose share of it moved, looks random for a while).
             self.random_share = 0.0
+
+    @property
+    def shown_max(self) -> float:
+        """The highest rate the server was shown to allow over the last few seconds (see :meth:`refused`)."""
+        return self._shown[0][1] if self._shown else 0.0
 
     @property
     def active(self) -> bool:
@@ -664,7 +667,7 @@ class RatePacer:
         shown.append((now, shown_rate))
         while shown[0][0] < now - _PROOF_AGE_S:
             shown.popleft()
-        self.shown_max = shown_rate = shown[0][1]
+        shown_rate = self.shown_max
         if sent_rate is not None and sent_rate < _UNEXPLAINED * shown_rate and self.active:
             # The server was shown to allow shown_rate (served between two refusals: a bound that
             # holds for a limit of any depth), and refused a request paced well below it: not for
