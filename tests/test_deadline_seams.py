@@ -118,6 +118,8 @@ def test_a_run_input_batch_says_how_many_fell_back_and_how_to_lift_the_deadline(
         "--model",
         "openai:deadline-batch",
         "--no-store",
+        "--concurrency",
+        "2",  # both debates wait out their deadline together: 10 s, not 20
     ]
     assert main(argv) == 1
     err = " ".join(capsys.readouterr().err.split())
