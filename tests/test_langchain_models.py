@@ -75,7 +75,8 @@ def test_a_failing_chat_model_is_a_failed_turn_and_a_fallback() -> None:
             raise Refused("service unavailable")
 
     result = Debate(
-        {"extends": "answer", "retry": {"max_retries": 1, "base_delay": 0}},
+        # A deadline of 2 s: the 503s are waited out until it (9.5 s at the preset's 10).
+        {"extends": "answer", "retry": {"max_retries": 1, "base_delay": 0}, "timeout": 2},
         model=Down(messages=iter([])),
     ).run_sync("Q?", initial_answer="kept")
     assert result.final_answer == "kept" and result.fallback is not None
