@@ -77,7 +77,8 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   cut, or from one made before the served rate was known, may lie wholly above the limit. A
   refusal says the server's bucket was empty, so between two refusals a second or more apart a
   limit of any depth gave one request to each served, and it allows at least those, less one,
-  over the time between: the rate it was *shown* to allow (:meth:`Endpoint._shown_rate`). A
+  over the time between: the rate it was *shown* to allow (:meth:`Endpoint._shown_rate`; requests
+  sent within :data:`_REORDER_S` of either refusal may have reached it in either order). A
   request paced below 0.7 of the highest rate the server was shown to allow over the last four
   seconds, and refused all the same, was not refused for its rate: at the second such refusal
   pacing ends, and the share of the latest 64 answers refused is taken as what the server refuses
@@ -114,6 +115,7 @@ answer of any kind closes the circuit.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import math
 import statistics
@@ -178,6 +180,7 @@ _TELLING_CUT = 0.95  # a climb from a cut deeper than this tells whether refusal
 _PROOF_SPAN_S = 1.0  # seconds between two refusals, at least, whose served requests show a rate allowed
 _PROOF_AGE_S = 4.0  # seconds back the refusals that show it go (a shared limit moves)
 _PROOF_BIN_S = 0.05  # one refusal kept a bin of this many seconds (any refusal says the bucket was empty)
+_REORDER_S = 0.05  # requests sent this close together may reach the server in either order
 _UNEXPLAINED = 0.7  # a request paced below this times the rate shown allowed, refused: not for its rate
 _UNEXPLAINED_N = 2  # such refusals in one stretch of pacing that end it
 _RANDOM_SHARE_MAX = 0.5  # the most of its answers a server is taken to refuse whatever the rate
@@ -845,8 +848,11 @@ class Endpoint:
         self._recent: deque[bool] = deque(maxlen=_RECENT)  # the same, kept across cuts
         self._served_at: deque[tuple[float, float]] = deque()  # the last second's answers: when, sent rate
         self._sent_at: deque[float] = deque(maxlen=_RATE_SENDS + 1)  # when the latest requests left
-        self._refused_total = 0  # requests refused so far
-        self._refused_sends: deque[tuple[float, int]] = deque()  # sent at, requests served up to it
+        self._send_times: deque[float] = deque()  # when the latest few seconds' requests left
+        self._send_base = 1  # the number of the first of them among the endpoint's requests
+        self._refused_seqs: list[int] = []  # the numbers of the refused among them, in order
+        self._refused_before = 0  # refused requests sent before them
+        self._anchors: deque[list[float]] = deque()  # refusals: sent at, requests served up to it
         self._announce_seq = 0  # the newest request whose answer announced limits
         self._unanswered = 0  # requests failed without an answer since the last answer
         self._unanswered_since: float | None = None  # when the first of them was sent
@@ -940,6 +946,11 @@ class Endpoint:
         now = self.clock()
         if self._first_sent_at is None:
             self._first_sent_at = now
+        times = self._send_times
+        times.append(now)
+        while times[0] < now - _PROOF_AGE_S - 1.0:  # older than any refusal the rate shown uses
+            times.popleft()
+            self._send_base += 1
         rate = self.pacer.rate(now) if self.pacer.active else None
         sent = self._sent_at
         sent.append(now)
@@ -1071,23 +1082,42 @@ class Endpoint:
         bucket of any depth and for a limiter with no burst alike; the best of the refusals of
         the last :data:`_PROOF_AGE_S` seconds at least :data:`_PROOF_SPAN_S` before this one.
         A request sent before the refused one and not refused by now counts as served: its
-        refusal would have come back by now, as this one's did. Refusals are counted in the
-        order they come back (a burst's, refused together, in any order between them).
+        refusal would have come back by now, as this one's did.
+
+        Requests sent within :data:`_REORDER_S` of each other may reach the server in either
+        order (a burst let go at once, connections opened for it, network jitter): at the earlier
+        refusal they count as served before it, at the later one as not. Counted in the order of
+        sending, the first burst to a 1 s bucket of 50 "showed" it allowed 115 requests/s, pacing
+        ended as if the server refused at random, and the bursts that followed were refused 892
+        times for 500 served (3% of fake-clock runs with 1.5 ms of jitter).
         """
-        self._refused_total += 1
-        served_to = ticket.seq - self._refused_total  # sends up to this one that were not refused
-        refused = self._refused_sends
-        while refused and refused[0][0] < ticket.sent_at - _PROOF_AGE_S:
-            refused.popleft()
+        bisect.insort(self._refused_seqs, ticket.seq)
+        anchors = self._anchors
+        while anchors and anchors[0][0] < ticket.sent_at - _PROOF_AGE_S:
+            anchors.popleft()
+        served_to = self._served_by(ticket.sent_at - _REORDER_S)
         best = 0.0
-        for at, served_then in refused:
+        for anchor in anchors:
+            at = anchor[0]
             span = ticket.sent_at - at
             if span < _PROOF_SPAN_S:
                 break  # in order of sending: the rest are closer still
-            best = max(best, (served_to - served_then - 1) / span)
-        if not refused or ticket.sent_at - refused[-1][0] >= _PROOF_BIN_S:
-            refused.append((ticket.sent_at, served_to))
+            if len(anchor) == 1:  # counted once, a second on: its neighbours' refusals are back
+                anchor.append(self._served_by(at + _REORDER_S))
+            best = max(best, (served_to - anchor[1] - 1) / span)
+        if not anchors or ticket.sent_at - anchors[-1][0] >= _PROOF_BIN_S:
+            anchors.append([ticket.sent_at])
         return best
+
+    def _served_by(self, when: float) -> int:
+        """Requests sent by ``when`` (within the last few seconds) and not refused so far."""
+        sent = self._send_base - 1 + bisect.bisect_right(self._send_times, when)
+        refused = self._refused_seqs
+        if refused and refused[0] < self._send_base - 1:
+            old = bisect.bisect_left(refused, self._send_base - 1)
+            self._refused_before += old
+            del refused[:old]
+        return sent - self._refused_before - bisect.bisect_right(refused, sent)
 
     def _failed(self, ticket: Ticket, now: float) -> None:
         self._unanswered += 1
