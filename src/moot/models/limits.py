@@ -847,8 +847,7 @@ class Endpoint:
         self._refusals: deque[bool] = deque(maxlen=_SHARE_OF)  # the latest answers: refused or not
         self._recent: deque[bool] = deque(maxlen=_RECENT)  # the same, kept across cuts
         self._served_at: deque[tuple[float, float]] = deque()  # the last second's answers: when, sent rate
-        self._sent_at: deque[float] = deque(maxlen=_RATE_SENDS + 1)  # when the latest requests left
-        self._send_times: deque[float] = deque()  # when the latest few seconds' requests left
+        self._send_times: deque[float] = deque()  # when the latest few seconds' requests left, in order
         self._send_base = 1  # the number of the first of them among the endpoint's requests
         self._refused_seqs: list[int] = []  # the numbers of the refused among them, in order
         self._refused_before = 0  # refused requests sent before them
@@ -952,14 +951,12 @@ class Endpoint:
             times.popleft()
             self._send_base += 1
         rate = self.pacer.rate(now) if self.pacer.active else None
-        sent = self._sent_at
-        sent.append(now)
-        if rate is not None and len(sent) > _RATE_SENDS and sent[0] >= now - 1.0:
+        if rate is not None and len(times) > _RATE_SENDS and times[-1 - _RATE_SENDS] >= now - 1.0:
             # The rate it actually left at: fewer requests than the schedule allows may be ready
             # (callers waiting their Retry-After), and a refusal says something of that rate only.
             # Measured over the latest gap (not a whole second, which lags a ramp's doubling); a
             # gap longer than a second (an idle endpoint) says nothing of it.
-            rate = min(rate, _RATE_SENDS / max(now - sent[0], 1e-6))
+            rate = min(rate, _RATE_SENDS / max(now - times[-1 - _RATE_SENDS], 1e-6))
         below = self.pacer.climbing(now)
         self.pacer.take(now, tokens)
         epoch = self.limit.sent(self.in_flight)
@@ -1091,7 +1088,12 @@ class Endpoint:
         ended as if the server refused at random, and the bursts that followed were refused 892
         times for 500 served (3% of fake-clock runs with 1.5 ms of jitter).
         """
-        bisect.insort(self._refused_seqs, ticket.seq)
+        refused = self._refused_seqs
+        bisect.insort(refused, ticket.seq)
+        old = bisect.bisect_left(refused, self._send_base - 1)  # sent before the kept sends
+        if old:
+            self._refused_before += old
+            del refused[:old]
         anchors = self._anchors
         while anchors and anchors[0][0] < ticket.sent_at - _PROOF_AGE_S:
             anchors.popleft()
@@ -1112,12 +1114,7 @@ class Endpoint:
     def _served_by(self, when: float) -> int:
         """Requests sent by ``when`` (within the last few seconds) and not refused so far."""
         sent = self._send_base - 1 + bisect.bisect_right(self._send_times, when)
-        refused = self._refused_seqs
-        if refused and refused[0] < self._send_base - 1:
-            old = bisect.bisect_left(refused, self._send_base - 1)
-            self._refused_before += old
-            del refused[:old]
-        return sent - self._refused_before - bisect.bisect_right(refused, sent)
+        return sent - self._refused_before - bisect.bisect_right(self._refused_seqs, sent)
 
     def _failed(self, ticket: Ticket, now: float) -> None:
         self._unanswered += 1
