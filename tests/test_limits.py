@@ -15,6 +15,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -355,20 +356,15 @@ class TestArithmetic:
         of either refusal (they may have reached the server in either order): at least 42 / 1.225 a
         second. Refusals under a second apart show nothing (a count of a few is too coarse), and
         a burst refused together counts every refusal of it (kept only one in each 50 ms)."""
-        shown: list[float] = []
 
-        class Spy(RatePacer):
-            def refused(self, *args: object, shown_rate: float = 0.0, **kw: object) -> None:  # type: ignore[override]
-                shown.append(shown_rate)
-
-        def endpoint() -> Endpoint:
+        def endpoint() -> tuple[Endpoint, list[Any]]:
             ep = Endpoint("e", clock=clock)
-            ep.pacer = Spy()
+            shown = told(ep, "shown_rate")
             ep.pacer.w_max, ep.pacer.since = 40.0, clock.now  # paced: every refusal reaches the pacer
-            return ep
+            return ep, shown
 
         clock = Clock()
-        ep = endpoint()
+        ep, shown = endpoint()
         burst = [ep.take() for _ in range(30)]
         for ticket in burst:
             ep.finish(ticket, Outcome.THROTTLE)
@@ -380,7 +376,7 @@ class TestArithmetic:
         # Less the sends within 50 ms of either end (2 each): they may have come in either order.
         assert shown[-1] == pytest.approx(42 / 1.225)
         assert shown[:32] == [0.0] * 32
-        fresh = endpoint()
+        fresh, shown = endpoint()
         fresh.finish(fresh.take(), Outcome.THROTTLE)
         clock.now += 0.5
         fresh.finish(fresh.take(), Outcome.THROTTLE)
@@ -392,15 +388,9 @@ class TestArithmetic:
         requests/s against 45 served a second (a 1 s bucket of 50 was then taken for a server
         refusing at random, and its bursts were refused 892 times for 500 served). Requests sent
         within 50 ms of a refused one count as served before it, at the earlier end."""
-        shown: list[float] = []
-
-        class Spy(RatePacer):
-            def refused(self, *args: object, shown_rate: float = 0.0, **kw: object) -> None:  # type: ignore[override]
-                shown.append(shown_rate)
-
         clock = Clock()
         ep = Endpoint("e", clock=clock)
-        ep.pacer = Spy()
+        shown = told(ep, "shown_rate")
         burst = [ep.take() for _ in range(60)]  # sent together
         ep.finish(burst[4], Outcome.THROTTLE)  # arrived after the 45 below
         for ticket in burst[:4] + burst[5:50]:
@@ -431,16 +421,10 @@ class TestArithmetic:
 
     def test_the_endpoint_knows_when_its_answers_saturated_the_server(self) -> None:
         """Saturated: every answer of the last second left paced at 1.1 times the rate served or more."""
-        seen: list[bool] = []
-
-        class Spy(RatePacer):
-            def refused(self, *args: object, saturated: bool = False, **kw: object) -> None:  # type: ignore[override]
-                seen.append(saturated)
-
         for rate, expected in ((60.0, True), (52.0, False)):
             clock = Clock()
             ep = Endpoint("e", clock=clock)
-            ep.pacer = Spy()
+            seen = told(ep, "saturated")
             ep.pacer.w_max, ep.pacer.since = rate, clock.now  # paced at `rate`, its cubic from now
             for _ in range(50):  # 50 answers within the last second, each sent at `rate`
                 ticket = ep.take()
@@ -583,6 +567,19 @@ class TestArithmetic:
         limit.sent(100)
         limit.dropped(0)
         assert (limit.low, limit.high) == (50, 100)
+
+
+def told(ep: Endpoint, name: str) -> list[Any]:
+    """Give ``ep`` a pacer that only records the keyword ``name`` of each refusal it is told of
+    (:meth:`RatePacer.refused`), its schedule left to the test; returns the record."""
+    seen: list[Any] = []
+
+    class Spy(RatePacer):
+        def refused(self, *args: object, **kw: Any) -> None:  # type: ignore[override]
+            seen.append(kw[name])
+
+    ep.pacer = Spy()
+    return seen
 
 
 def serve_shared(
