@@ -714,7 +714,8 @@ def run_limiter(
 ) -> tuple[float, int]:
     """500 units, 100 at a time, 200 ms answers, against a limiter of ``rate`` requests/s on the
     fake clock: a token bucket ``depth_s`` deep, or (0) a GCRA with no burst. A refused request
-    waits its own Retry-After (as call_model does), then queues again. Each request reaches the
+    waits as call_model has it wait (its own Retry-After, or while paced and that is a second or
+    less, the next slot), then queues again. Each request reaches the
     limiter up to ``jitter_s`` after it was sent (random, from ``seed``): requests sent together
     arrive in any order. Returns (wall s, refusals)."""
     units, conc, latency = 500, 100, 0.2
@@ -776,7 +777,11 @@ def run_limiter(
                     ready.append(clock.now)
             else:
                 refused += 1
-                ready.append(clock.now + max(retry_after or 0.0, ep.pause_left()))
+                # As call_model: paced, a Retry-After of a second or less queues it for the next slot.
+                own = retry_after or 0.0
+                if own <= 1.0 and ep.paced():
+                    own = 0.0
+                ready.append(clock.now + max(own, ep.pause_left()))
         else:
             clock.now = wake
     return clock.now - start, refused
