@@ -69,8 +69,9 @@ time on a schedule (GCRA: each send moves the next one's earliest time ``1 / rat
   below the rate at 20 ms; counted from the slot, a late send then one on time left a gap up to
   2 ms short, which a limiter with no burst refuses). A refusal while climbing back is no new
   cut unless refusals are heavy again (a server refusing some requests whatever the rate would
-  otherwise ratchet the rate down), but the first one ends the climb at its rate (``W`` a little
-  above a limiter with no burst was refused every few sends of each climb, then cut deep); heavy
+  otherwise ratchet the rate down), but the first one ends the climb a shallow cut (0.97) below its
+  rate (``W`` a little above a limiter with no burst was refused every few sends of each climb,
+  then cut deep; ended at the refused rate itself, it was refused a few more times); heavy
   refusals cut deeper each time in a row. Refused as often climbing back (below the refused rate)
   as above it, on a climb from a cut deeper than 0.95 that knew what the server serves (the cap
   above applied), the refusals do not depend on the rate, and pacing ends; a climb from a shallow
@@ -687,12 +688,15 @@ class RatePacer:
         if self.w_max is not None and not heavy and now - self.since < self.k_s:
             # Still climbing back to the rate refused last: a lone refusal here is no new cut (a
             # server refusing some requests whatever the rate would otherwise ratchet it to 0),
-            # but the climb ends at its rate: W set a little above a limiter's (no burst, timer
-            # jitter) was refused every few sends of each climb back, then cut deep. Once a climb:
-            # lowered at each refusal, clients sharing a limit each kept what they had (one
-            # joining late was held at an eighth of the other's rate).
+            # but the climb ends a shallow cut below its rate: W set a little above a limiter's
+            # (no burst, timer jitter) was refused every few sends of each climb back, then cut
+            # deep; ended at the refused rate itself, the climb was refused five more times, and
+            # the cut that followed left W at the rate served meanwhile (43 of 50 requests/s, for
+            # seconds). Once a climb: lowered at each refusal, clients sharing a limit each kept
+            # what they had (one joining late was held at an eighth of the other's rate).
             if sent_rate is not None and sent_rate < self.w_max and not self.ceiled:
-                self.w_max = self._at_most_served(sent_rate, now, served_rate, saturated)
+                ceiling = sent_rate * _SHALLOW_CUT
+                self.w_max = self._at_most_served(ceiling, now, served_rate, saturated)
                 self.ceiled = True
             return
         below, above = self._below, self._above
