@@ -35,6 +35,7 @@ from moot.models.limits import (
     RatePacer,
     Ticket,
     announced_limits,
+    throttle_wait_s,
 )
 from moot.models.openai import OpenAIModel
 from moot.models.retry import RetryPolicy, call_model
@@ -567,8 +568,9 @@ class TestArithmetic:
     def test_a_client_joining_a_shared_limit_late_gets_a_share(self) -> None:
         """Two clients, each its own endpoint, on one 0.2 s bucket of 50 requests/s (Ray workers on
         one endpoint, processes on one key), the second starting 5 s after the first: over the
-        last 10 s of 20 the late one is served at least 15% (21% now; with a climb lowered at
-        every refusal each kept what it had, and the late one got 11%), and the two together
+        last 10 s of 20 the late one is served at least 15% (33% now, 21% with a climb that ended at
+        the refused rate; with a climb lowered at every refusal each kept what it had, and the late
+        one got 11%), and the two together
         keep the limit busy."""
         served = serve_shared(starts=(0.0, 5.0), seconds=20.0)
         late, total = sum(served[1][5:]), sum(served[0][5:]) + sum(served[1][5:])
@@ -599,8 +601,9 @@ def serve_shared(
     starts: tuple[float, ...], seconds: float, rate: float = 50.0, depth_s: float = 0.2
 ) -> list[list[int]]:
     """Clients (an endpoint each, 100 units always ready, starting at ``starts``) on one token bucket
-    of ``rate`` requests/s, ``depth_s`` deep, 200 ms answers, refusals at once with Retry-After: 1,
-    on one fake clock for ``seconds``: each client's requests served in each 2 s."""
+    of ``rate`` requests/s, ``depth_s`` deep, 200 ms answers, refusals at once with Retry-After: 1
+    (each refused request waits as call_model has it wait, :func:`throttle_wait_s`), on one fake
+    clock for ``seconds``: each client's requests served in each 2 s."""
     clock = Clock()
     eps = [Endpoint(f"e{i}", clock=clock) for i in range(len(starts))]
     cap = rate * depth_s
@@ -629,7 +632,8 @@ def serve_shared(
             eps[i].finish(ticket, Outcome.ANSWER if ok else Outcome.THROTTLE, None if ok else 1.0)
             if ok and clock.now - start < seconds:
                 served[i][int((clock.now - start) / 2)] += 1
-            ready[i].append(clock.now + (0.0 if ok else max(1.0, eps[i].pause_left())))
+            wait = throttle_wait_s(1.0, paced=eps[i].paced(), pause_left_s=eps[i].pause_left())
+            ready[i].append(clock.now + (0.0 if ok else wait))
         else:
             clock.now = wake
     return served
@@ -739,8 +743,8 @@ def run_limiter(
 ) -> tuple[float, int]:
     """500 units, 100 at a time, 200 ms answers, against a limiter of ``rate`` requests/s on the
     fake clock: a token bucket ``depth_s`` deep, or (0) a GCRA with no burst. A refused request
-    waits as call_model has it wait (its own Retry-After, or while paced and that is a second or
-    less, the next slot), then queues again. Each request reaches the
+    waits as call_model has it wait (:func:`throttle_wait_s`: its own Retry-After, or while paced
+    and that is a second or less, the next slot), then queues again. Each request reaches the
     limiter up to ``jitter_s`` after it was sent (random, from ``seed``): requests sent together
     arrive in any order. ``late``: a paced send leaves as late after its slot as an event loop's
     timer wakes (:func:`timer_lateness`). Returns (wall s, refusals)."""
@@ -806,11 +810,9 @@ def run_limiter(
                     ready.append(clock.now)
             else:
                 refused += 1
-                # As call_model: paced, a Retry-After of a second or less queues it for the next slot.
-                own = retry_after or 0.0
-                if own <= 1.0 and ep.paced():
-                    own = 0.0
-                ready.append(clock.now + max(own, ep.pause_left()))
+                ready.append(
+                    clock.now + throttle_wait_s(retry_after, paced=ep.paced(), pause_left_s=ep.pause_left())
+                )
         else:
             clock.now = wake
     return clock.now - start, refused

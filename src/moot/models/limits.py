@@ -145,6 +145,7 @@ __all__ = [
     "announced_limits",
     "set_rate_share",
     "shared_gate",
+    "throttle_wait_s",
 ]
 
 DEFAULT_CAP = 512
@@ -1346,6 +1347,23 @@ class Gate:
 _SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], Gate]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def throttle_wait_s(
+    retry_after_s: float | None, *, paced: bool, pause_left_s: float, max_delay_s: float = math.inf
+) -> float:
+    """Seconds a request refused with a 429/503 waits before it queues again for its endpoint.
+
+    It waits its own ``Retry-After`` (at most ``max_delay_s``) and the endpoint's pause
+    (``pause_left_s``: a longer Retry-After, then the pacer's next slot). Paced, a Retry-After of
+    a second or less is not waited: the server sees the schedule's rate whichever request fills
+    a slot, and "1" says a slot frees within the second, so the refused request queues for the
+    next one (waiting the second out left a run's end waiting on its last refusal).
+    """
+    own = retry_after_s or 0.0
+    if own <= 1.0 and paced:
+        own = 0.0
+    return max(pause_left_s, min(own, max_delay_s))
 
 
 def shared_gate(urls: Sequence[str], build: Callable[[], Gate]) -> Gate:

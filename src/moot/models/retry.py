@@ -29,7 +29,7 @@ from ..errors import (
     RateLimited,
 )
 from .base import _CURRENT_STATS, CallStats, Model, ModelRequest, ModelResponse
-from .limits import Gate, Outcome
+from .limits import Gate, Outcome, throttle_wait_s
 from .pricing import price_usage
 
 if TYPE_CHECKING:  # moot.deadline sits above the models (it sizes a protocol's deadline)
@@ -136,13 +136,11 @@ async def call_model(
             if is_throttle(err):
                 # Waiting out a rate limit is not a failure while the budget lasts. The refused
                 # request waits its own Retry-After; the endpoint's pacer spaces everyone else.
-                own = err.retry_after if isinstance(err, ModelHTTPError) and err.retry_after else 0.0
-                if own <= 1.0 and model.paced():
-                    # Paced, the server sees the schedule's rate whichever request fills a slot, and
-                    # "1" says a slot frees within the second: the refused request queues for the
-                    # next one. Waiting the second out left a run's end waiting on its last refusal.
-                    own = 0.0
-                wait = round(max(model.pause_left(), min(own, policy.max_delay)), 3)
+                own = err.retry_after if isinstance(err, ModelHTTPError) else None
+                paced, left = model.paced(), model.pause_left()
+                wait = round(
+                    throttle_wait_s(own, paced=paced, pause_left_s=left, max_delay_s=policy.max_delay), 3
+                )
                 spent = time.monotonic() - started
                 if spent + wait > policy.throttle_budget:
                     raise RateLimited(spent, err, model=model.name) from err
